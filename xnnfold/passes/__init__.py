@@ -1,0 +1,40 @@
+"""After export: partition computed GEMM weights with their GEMM and fold them at preprocess."""
+
+from xnnfold.passes._configs import (
+    FOLDING_GEMM_CONFIGS,
+    FoldingAddmmConfig,
+    FoldingConvolutionConfig,
+    FoldingLinearConfig,
+    FoldingMMConfig,
+)
+from xnnfold.passes._fold import FoldComputedWeightsPass
+from xnnfold.passes._hook import (
+    install_preprocess_hook,
+    is_preprocess_hook_installed,
+    uninstall_preprocess_hook,
+)
+from xnnfold.passes._partitioner import folding_configs, XnnpackFoldingPartitioner
+from xnnfold.passes._predicates import (
+    can_fold,
+    find_weight_computation,
+    Rejection,
+    WeightComputation,
+)
+
+__all__ = [
+    "FOLDING_GEMM_CONFIGS",
+    "FoldComputedWeightsPass",
+    "FoldingAddmmConfig",
+    "FoldingConvolutionConfig",
+    "FoldingLinearConfig",
+    "FoldingMMConfig",
+    "Rejection",
+    "WeightComputation",
+    "XnnpackFoldingPartitioner",
+    "can_fold",
+    "find_weight_computation",
+    "folding_configs",
+    "install_preprocess_hook",
+    "is_preprocess_hook_installed",
+    "uninstall_preprocess_hook",
+]

@@ -34,8 +34,9 @@ class ProgramSummary:
 
 
 def _op_name(target: object) -> str:
-    name = getattr(target, "__name__", str(target))
-    return name.split(".")[0] if name.count(".") else name
+    # "aten.convolution.default" -> "convolution"
+    parts = getattr(target, "__name__", str(target)).split(".")
+    return parts[1] if len(parts) >= 3 else parts[0]
 
 
 def summarize(edge: EdgeProgramManager, method: str = "forward") -> ProgramSummary:

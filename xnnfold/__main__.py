@@ -1,0 +1,7 @@
+"""``python -m xnnfold`` is the ``xnnfold`` command."""
+
+import sys
+
+from xnnfold.cli import main
+
+sys.exit(main())

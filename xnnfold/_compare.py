@@ -1,0 +1,126 @@
+"""Lower one fixture three ways (stock, xnnfold, hand-folded) and measure them side by side.
+
+Shared by ``xnnfold demo`` and ``benchmarks/``: the same lowering, the same runtime, and
+calls interleaved across variants so that machine noise hits all three alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+
+from xnnfold._inspect import summarize
+from xnnfold._lower import lower
+from xnnfold._runtime import LoadedProgram
+from xnnfold.fixtures import Fixture
+
+__all__ = ["VariantResult", "compare_fixture", "format_table", "VARIANTS"]
+
+STOCK = "stock"
+XNNFOLD = "xnnfold"
+HAND_FOLDED = "hand-folded"
+VARIANTS = (STOCK, XNNFOLD, HAND_FOLDED)
+
+
+@dataclass
+class VariantResult:
+    """One lowering of one fixture, measured."""
+
+    variant: str
+    delegates: int
+    outside_ops: str
+    pte_bytes: int
+    lower_seconds: float
+    times: list[float]
+    max_abs_diff: float
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.times) * 1e3 if self.times else float("nan")
+
+
+def _lower_variant(variant: str, fixture: Fixture) -> tuple[bytes, int, str, float]:
+    inputs = fixture.inputs()
+    start = time.perf_counter()
+    if variant == XNNFOLD:
+        edge = lower(fixture.model(), inputs)
+    else:
+        model = fixture.model() if variant == STOCK else fixture.hand_folded()
+        ep = torch.export.export(model, inputs)
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    summary = summarize(edge)
+    buffer = edge.to_executorch().buffer
+    return buffer, summary.delegates, summary.outside_ops_text(), time.perf_counter() - start
+
+
+def compare_fixture(
+    fixture: Fixture,
+    *,
+    runs: int,
+    warmup: int = 1,
+    slow_budget_s: float = 60.0,
+    progress: Optional[Callable[[str], None]] = None,
+) -> list[VariantResult]:
+    """Lower ``fixture`` three ways, check each against eager and time them interleaved.
+
+    A variant whose single call exceeds a tenth of ``slow_budget_s`` (stock on a large
+    conv takes tens of seconds) stops being timed once its time spent reaches the budget;
+    its median is then over the calls it got.
+    """
+    say = progress or (lambda _: None)
+    inputs = fixture.inputs()
+    with torch.no_grad():
+        reference = fixture.model()(*inputs)
+
+    results: dict[str, VariantResult] = {}
+    programs: dict[str, LoadedProgram] = {}
+    for variant in VARIANTS:
+        say(f"[{fixture.name}] lowering {variant} ...")
+        buffer, delegates, outside, seconds = _lower_variant(variant, fixture)
+        programs[variant] = LoadedProgram(buffer)
+        say(f"[{fixture.name}] running {variant} once against eager ...")
+        start = time.perf_counter()
+        (out,) = programs[variant](inputs)
+        first_call = time.perf_counter() - start
+        diff = float((out - reference).abs().max())
+        results[variant] = VariantResult(
+            variant, delegates, outside, len(buffer), seconds, [], diff
+        )
+        if first_call > slow_budget_s / 10:
+            results[variant].times.append(first_call)
+
+    for _ in range(warmup):
+        for variant in VARIANTS:
+            if not results[variant].times:
+                programs[variant](inputs)
+    say(f"[{fixture.name}] timing {runs} interleaved rounds ...")
+    for _ in range(runs):
+        for variant in VARIANTS:
+            result = results[variant]
+            if result.times and sum(result.times) >= slow_budget_s:
+                continue
+            start = time.perf_counter()
+            programs[variant](inputs)
+            result.times.append(time.perf_counter() - start)
+    return [results[v] for v in VARIANTS]
+
+
+def format_table(rows: list[tuple[str, VariantResult]]) -> str:
+    """A markdown table of (fixture name, result) rows."""
+    header = (
+        "| model | variant | delegates | ops outside delegates | .pte bytes "
+        "| median latency (ms) | calls timed | max abs diff vs eager |"
+    )
+    lines = [header, "|" + "---|" * 8]
+    for name, r in rows:
+        lines.append(
+            f"| {name} | {r.variant} | {r.delegates} | {r.outside_ops} | {r.pte_bytes:,} "
+            f"| {r.median_ms:,.2f} | {len(r.times)} | {r.max_abs_diff:.3g} |"
+        )
+    return "\n".join(lines)

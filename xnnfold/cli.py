@@ -1,0 +1,72 @@
+"""The ``xnnfold`` command: ``xnnfold demo`` lowers the built-in default three ways."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from typing import Optional, Sequence
+
+__all__ = ["main"]
+
+
+def _demo(args: argparse.Namespace) -> int:
+    # Imported here so that `xnnfold --help` answers without loading torch.
+    from xnnfold._compare import compare_fixture, format_table
+    from xnnfold.fixtures import FIXTURES
+
+    fixture = FIXTURES[args.fixture]
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        print(f"{time.perf_counter() - start:6.1f}s  {message}", file=sys.stderr, flush=True)
+
+    progress(f"model: {fixture.description}; input {tuple(fixture.inputs()[0].shape)}")
+    results = compare_fixture(
+        fixture, runs=args.runs, slow_budget_s=args.slow_budget, progress=progress
+    )
+    print(format_table([(fixture.name, r) for r in results]))
+    stock, folded, hand = results
+    print(
+        f"\nstock / xnnfold median latency: {stock.median_ms / folded.median_ms:,.1f}x; "
+        f"xnnfold / hand-folded: {folded.median_ms / hand.median_ms:.3f}; "
+        f".pte bytes xnnfold - hand-folded: {folded.pte_bytes - hand.pte_bytes:+,}"
+    )
+    progress("done")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="xnnfold",
+        description="Fold computed GEMM weights (weight_norm, spectral_norm, ...) into "
+        "ExecuTorch's XNNPACK delegate.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser(
+        "demo",
+        help="lower the built-in default (wav2vec2's positional conv) stock, with xnnfold "
+        "and hand-folded; run each through executorch.runtime; print one table",
+    )
+    from xnnfold.fixtures import DEFAULT_FIXTURE, FIXTURES
+
+    demo.add_argument("--fixture", default=DEFAULT_FIXTURE, choices=sorted(FIXTURES))
+    demo.add_argument("--runs", type=int, default=5, help="timed calls per variant")
+    demo.add_argument(
+        "--slow-budget",
+        type=float,
+        default=30.0,
+        help="seconds of timed calls after which a slow variant (stock) stops being timed",
+    )
+    demo.set_defaults(func=_demo)
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

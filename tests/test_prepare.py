@@ -1,0 +1,175 @@
+"""prepare_for_xnnpack: finds every computed tensor, marks it through export, changes nothing else."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+from executorch.exir import to_edge
+from torch import nn
+from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import orthogonal, spectral_norm, weight_norm
+
+from xnnfold import find_sites, prepare_for_xnnpack, unprepare_for_xnnpack
+from xnnfold.fixtures import layer_fixture, NORMS
+from xnnfold.passes._constants import EDGE_GEMM_ARGS, SITE_META_KEY
+from xnnfold.passes._predicates import site_of
+
+LAYERS_FOR_MARKS = ("conv1d", "conv_transpose2d", "linear")
+CASES = [
+    (norm, layer)
+    for norm in NORMS
+    for layer in LAYERS_FOR_MARKS
+    if not (norm == "weight_norm_dim2" and layer == "linear")
+]
+KIND = {
+    "weight_norm_dim0": "weight_norm",
+    "weight_norm_dim2": "weight_norm",
+    "weight_norm_dimNone": "weight_norm",
+    "spectral_norm": "spectral_norm",
+    "legacy_weight_norm": "legacy_weight_norm",
+    "legacy_spectral_norm": "legacy_spectral_norm",
+}
+
+
+def _hook_count(model: nn.Module) -> int:
+    return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
+
+
+@pytest.mark.parametrize("norm,layer", CASES)
+def test_finds_the_site(norm: str, layer: str) -> None:
+    model = layer_fixture(norm, layer).model()
+    (site,) = find_sites(model)
+    assert (site.module, site.tensor, site.kind) == ("", "weight", KIND[norm])
+
+
+@pytest.mark.parametrize("norm,layer", CASES)
+def test_outputs_and_state_dict_unchanged(norm: str, layer: str) -> None:
+    fixture = layer_fixture(norm, layer)
+    model, inputs = fixture.model(), fixture.inputs()
+    before_out = model(*inputs).detach()
+    before_state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert prepare_for_xnnpack(model) is model
+    assert torch.equal(model(*inputs), before_out)
+    after_state = model.state_dict()
+    assert list(after_state) == list(before_state)
+    assert all(torch.equal(after_state[k], v) for k, v in before_state.items())
+
+
+@pytest.mark.parametrize("norm,layer", CASES)
+def test_is_idempotent(norm: str, layer: str) -> None:
+    model = prepare_for_xnnpack(layer_fixture(norm, layer).model())
+    hooks = _hook_count(model)
+    prepare_for_xnnpack(model)
+    assert _hook_count(model) == hooks
+
+
+@pytest.mark.parametrize("norm,layer", CASES)
+def test_marks_survive_export_and_edge_decompositions(norm: str, layer: str) -> None:
+    fixture = layer_fixture(norm, layer)
+    model = prepare_for_xnnpack(fixture.model())
+    ep = torch.export.export(model, fixture.inputs())
+    marked = [n for n in ep.graph.nodes if site_of(n) == "weight"]
+    assert marked, "no exported node carries the site mark"
+    edge = to_edge(ep).exported_program()
+    gemm = next(
+        n
+        for n in edge.graph.nodes
+        if n.op == "call_function" and n.target in EDGE_GEMM_ARGS
+    )
+    weight = gemm.args[EDGE_GEMM_ARGS[gemm.target][0]]
+    while weight.op == "call_function" and site_of(weight) is None:
+        weight = weight.all_input_nodes[0]  # the transpose addmm adds is not the norm's
+    assert site_of(weight) == "weight"
+    computed = [n for n in edge.graph.nodes if n.op == "call_function" and site_of(n)]
+    assert all(site_of(n) == "weight" for n in computed)
+
+
+def test_unmarked_eager_forward_adds_no_meta_outside_export() -> None:
+    model = prepare_for_xnnpack(layer_fixture("weight_norm_dim0", "conv1d").model())
+    import torch.fx.traceback as fx_traceback
+
+    model(*layer_fixture("weight_norm_dim0", "conv1d").inputs())
+    assert SITE_META_KEY not in fx_traceback.current_meta.get("custom", {})
+
+
+def test_names_nested_module_paths() -> None:
+    model = nn.Sequential(nn.Sequential(nn.ReLU(), weight_norm(nn.Linear(3, 3))))
+    model[0].add_module("legacy", torch.nn.utils.weight_norm(nn.Linear(3, 3), name="weight"))
+    names = [s.name for s in find_sites(prepare_for_xnnpack(model))]
+    assert names == ["0.1.weight", "0.legacy.weight"]
+
+
+def test_reports_orthogonal_and_user_parametrizations() -> None:
+    class Double(nn.Module):
+        def forward(self, w: torch.Tensor) -> torch.Tensor:
+            return w * 2
+
+    model = nn.Sequential(orthogonal(nn.Linear(4, 4)), nn.Linear(4, 4))
+    parametrize.register_parametrization(model[1], "bias", Double())
+    kinds = [(s.name, s.kind) for s in find_sites(model)]
+    assert kinds == [("0.weight", "orthogonal"), ("1.bias", "parametrization:Double")]
+
+
+@pytest.mark.parametrize("norm", ["spectral_norm", "legacy_spectral_norm"])
+def test_training_mode_spectral_norm_is_a_clear_error(norm: str) -> None:
+    model = layer_fixture(norm, "linear").model().train()
+    with pytest.raises(ValueError, match=r"model\.eval\(\)"):
+        prepare_for_xnnpack(model)
+
+
+def test_training_mode_after_prepare_is_a_clear_error_at_export() -> None:
+    fixture = layer_fixture("spectral_norm", "linear")
+    model = prepare_for_xnnpack(fixture.model()).train()
+    with pytest.raises(ValueError, match=r"model\.eval\(\)"):
+        torch.export.export(model, fixture.inputs())
+
+
+def test_training_mode_weight_norm_is_fine() -> None:
+    model = layer_fixture("weight_norm_dim0", "linear").model().train()
+    assert prepare_for_xnnpack(model) is model
+
+
+def test_rejects_a_non_module() -> None:
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        prepare_for_xnnpack(lambda x: x)  # type: ignore[arg-type]
+
+
+def test_model_without_sites_is_left_alone() -> None:
+    model = nn.Sequential(nn.Linear(3, 3), nn.Conv1d(3, 3, 1))
+    hooks = _hook_count(model)
+    prepare_for_xnnpack(model)
+    assert find_sites(model) == [] and _hook_count(model) == hooks
+
+
+def test_legacy_removal_still_works_after_prepare() -> None:
+    model = prepare_for_xnnpack(layer_fixture("legacy_weight_norm", "conv1d").model())
+    torch.nn.utils.remove_weight_norm(model)
+    assert find_sites(model) == [] and isinstance(model.weight, nn.Parameter)
+
+
+def test_unprepare_restores_hooks() -> None:
+    model = layer_fixture("spectral_norm", "conv1d").model()
+    hooks = _hook_count(model)
+    prepare_for_xnnpack(model)
+    unprepare_for_xnnpack(model)
+    unprepare_for_xnnpack(model)
+    assert _hook_count(model) == hooks
+
+
+@pytest.mark.parametrize("norm", ["legacy_weight_norm", "legacy_spectral_norm"])
+def test_prepared_legacy_model_still_pickles(norm: str) -> None:
+    # (parametrized modules refuse pickling with or without xnnfold)
+    fixture = layer_fixture(norm, "conv1d")
+    model = prepare_for_xnnpack(fixture.model())
+    clone = pickle.loads(pickle.dumps(model))
+    assert torch.equal(clone(*fixture.inputs()), model(*fixture.inputs()))
+
+
+def test_spectral_norm_in_eval_does_not_touch_buffers() -> None:
+    model = spectral_norm(nn.Linear(5, 5)).eval()
+    u = model.parametrizations.weight[0]._u.clone()
+    prepare_for_xnnpack(model)
+    torch.export.export(model, (torch.randn(2, 5),))
+    assert torch.equal(model.parametrizations.weight[0]._u, u)

@@ -1,0 +1,80 @@
+"""FoldComputedWeightsPass on a delegate's program: applies, idempotent, leaves others alone."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from executorch.exir.delegate import executorch_call_delegate
+from torch.export import ExportedProgram
+
+from tests.conftest import fixture_by_name, lower_stock, lowered_folding
+from xnnfold import FoldComputedWeightsPass
+from xnnfold.passes._constants import FOLD_META_KEY
+
+CASES = ["weight_norm_dim0-conv1d", "spectral_norm-linear", "legacy_spectral_norm-conv_transpose2d", "linear_computed_bias", "matmul_transposed"]
+
+
+def _delegate_program(lowered_edge) -> ExportedProgram:
+    gm = lowered_edge.exported_program().graph_module
+    (call,) = [n for n in gm.graph.nodes if n.target is executorch_call_delegate]
+    # original_module is the delegate's program before preprocess: work on a copy, the
+    # way executorch hands it to preprocess.
+    return copy.deepcopy(getattr(gm, call.args[0].target).original_module)
+
+
+def _call_functions(ep: ExportedProgram) -> list[str]:
+    return [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("name", CASES)
+def test_folds_the_marked_computation(name: str) -> None:
+    ep = _delegate_program(lowered_folding(name).edge)
+    before = len(_call_functions(ep))
+    result = FoldComputedWeightsPass(ep)(ep.graph_module)
+    assert result.modified
+    assert len(_call_functions(ep)) < before
+    assert not any(FOLD_META_KEY in n.meta for n in ep.graph.nodes)
+    assert not any("original" in k or k.endswith(("weight_g", "weight_v", "weight_orig")) for k in ep.state_dict)
+
+
+@pytest.mark.runtime
+def test_folded_weight_is_bitwise_the_eager_weight() -> None:
+    ep = _delegate_program(lowered_folding("weight_norm_dim2-conv1d").edge)
+    FoldComputedWeightsPass(ep)(ep.graph_module)
+    (folded,) = [v for k, v in ep.state_dict.items() if k.startswith("xnnfold_")]
+    eager = fixture_by_name("weight_norm_dim2-conv1d").model().weight
+    assert torch.equal(folded, eager)
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("name", CASES)
+def test_second_run_reports_unmodified(name: str) -> None:
+    ep = _delegate_program(lowered_folding(name).edge)
+    FoldComputedWeightsPass(ep)(ep.graph_module)
+    graph_before = str(ep.graph)
+    assert not FoldComputedWeightsPass(ep)(ep.graph_module).modified
+    assert str(ep.graph) == graph_before
+
+
+@pytest.mark.runtime
+def test_leaves_an_unmarked_program_alone() -> None:
+    fixture = fixture_by_name("weight_norm_dim0-conv1d")
+    stock = lower_stock(fixture.hand_folded(), fixture.inputs())
+    ep = _delegate_program(stock.edge)
+    graph_before, state_before = str(ep.graph), dict(ep.state_dict)
+    assert not FoldComputedWeightsPass(ep)(ep.graph_module).modified
+    assert str(ep.graph) == graph_before and dict(ep.state_dict).keys() == state_before.keys()
+
+
+@pytest.mark.runtime
+def test_ignores_a_mark_on_an_unfoldable_argument() -> None:
+    """A mark alone never folds: the argument must pass the shared predicate here too."""
+    ep = _delegate_program(lowered_folding("weight_norm_dim0-conv1d").edge)
+    gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
+    gemm.meta[FOLD_META_KEY] = {0: None}  # the activation
+    graph_before = str(ep.graph)
+    assert not FoldComputedWeightsPass(ep)(ep.graph_module).modified
+    assert str(ep.graph) == graph_before

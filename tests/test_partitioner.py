@@ -182,3 +182,16 @@ def test_hook_is_installed_only_when_something_is_folded() -> None:
     xnnfold.lower(fixture.model(), fixture.inputs())
     assert xnnfold.is_preprocess_hook_installed()
     assert isinstance(XnnpackBackend.__dict__["preprocess"], staticmethod)
+
+
+@pytest.mark.parametrize("orthogonal_map", ["matrix_exp", "cayley"])
+def test_orthogonal_parametrization_is_folded(orthogonal_map: str) -> None:
+    from torch.nn.utils.parametrizations import orthogonal
+
+    torch.manual_seed(0)
+    model = orthogonal(nn.Linear(8, 12), orthogonal_map=orthogonal_map).eval()
+    x = torch.randn(3, 8)
+    edge = xnnfold.lower(model, (x,))
+    assert xnnfold.summarize(edge).fully_delegated
+    (out,) = xnnfold.run_pte(edge.to_executorch().buffer, [x])
+    torch.testing.assert_close(out, model(x), atol=1e-5, rtol=1e-5)

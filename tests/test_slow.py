@@ -15,18 +15,6 @@ from xnnfold.fixtures import FIXTURES
 pytestmark = [pytest.mark.slow, pytest.mark.runtime]
 
 
-def test_pos_conv_is_folded_bitwise_like_hand_folded() -> None:
-    fixture = FIXTURES["pos_conv"]
-    inputs = fixture.inputs()
-    ours = lower_folding(fixture.model(), inputs)
-    hand = lower_stock(fixture.hand_folded(), inputs)
-    assert ours.summary.fully_delegated, ours.summary
-    assert len(ours.buffer) <= len(hand.buffer)
-    (a,) = xnnfold.run_pte(ours.buffer, inputs)
-    (b,) = xnnfold.run_pte(hand.buffer, inputs)
-    assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize("name", ["pos_conv_small", "wn_conv_stack"])
 def test_fixture_with_dynamic_length(name: str) -> None:
     fixture = FIXTURES[name]
@@ -41,8 +29,10 @@ def test_fixture_with_dynamic_length(name: str) -> None:
             torch.testing.assert_close(out, model(x), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["spectral_mlp", "wn_conv_stack", "linear_computed_bias"])
-def test_benchmark_fixture_matches_hand_folded(name: str) -> None:
+@pytest.mark.parametrize(
+    "name", ["pos_conv", "spectral_mlp", "wn_conv_stack", "linear_computed_bias"]
+)
+def test_fixture_is_folded_bitwise_like_hand_folded(name: str) -> None:
     fixture = FIXTURES[name]
     inputs = fixture.inputs()
     ours = lower_folding(fixture.model(), inputs)

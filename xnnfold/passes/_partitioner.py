@@ -104,20 +104,22 @@ def _aten_gemm_delegable(node: Node) -> bool:
     return rank in (3, 4)  # convolutions: XNNPACK takes 1D and 2D
 
 
-_PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[int, dict[Node, torch._ops.OpOverload]]]" = (
+# Keyed by node name, not Node: a Node refers to its graph and would keep the weak key alive.
+_PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[int, dict[str, torch._ops.OpOverload]]]" = (
     weakref.WeakKeyDictionary()
 )
 
 
 def _preserved_nodes(
     ep: ExportedProgram, max_nodes: int
-) -> dict[Node, torch._ops.OpOverload]:
-    """Nodes of foldable weight computations whose op the decompositions would change."""
+) -> dict[str, torch._ops.OpOverload]:
+    """Names of the nodes of foldable weight computations whose op the decompositions
+    would change."""
     graph = ep.graph
     cached = _PRESERVED.get(graph)
     if cached is not None and cached[0] == len(graph.nodes):
         return cached[1]
-    preserved: dict[Node, torch._ops.OpOverload] = {}
+    preserved: dict[str, torch._ops.OpOverload] = {}
     for node in graph.nodes:
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
         if positions is None or not _aten_gemm_delegable(node):
@@ -131,7 +133,7 @@ def _preserved_nodes(
             for member in result.nodes:
                 op = op_overload(member.target)
                 if op is not None and _keepable(op):
-                    preserved[member] = op
+                    preserved[member.name] = op
     _PRESERVED[graph] = (len(graph.nodes), preserved)
     return preserved
 
@@ -205,11 +207,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         ops, stock_filter = super().ops_to_not_decompose(ep)
         if not self.fold:
             return ops, stock_filter
+        graph = ep.graph
         preserved = _preserved_nodes(ep, self.max_fold_nodes)
         extra = sorted(set(preserved.values()) - set(ops), key=str)
 
         def filter_fn(node: Node) -> bool:
-            if node in preserved:
+            # Names are unique per graph only: nodes of control-flow submodules may reuse them.
+            if node.graph is graph and node.name in preserved:
                 # Recorded in "custom", the one meta dict the decompositions carry over, so
                 # partition() can check every kept op ended up in a delegate.
                 custom = dict(node.meta.get(CUSTOM_META_KEY) or {})

@@ -110,16 +110,19 @@ def arg_role(arg_positions: tuple[int, ...], arg_index: int) -> str:
 # One forward sweep over the graph classifies every node, so asking about many GEMMs costs
 # O(graph) in total rather than one backward walk to the inputs per GEMM (a transformer has
 # hundreds of activation-by-activation matmuls whose walks would otherwise be quadratic).
-# For every non-constant node the sweep also records the first node that made it so, which
-# becomes the user-visible reason.
+# For every non-constant node the sweep also records what made it so, which becomes the
+# user-visible reason.
+#
+# The maps are keyed by node name, not by Node: a Node refers to its graph, so a value
+# holding Nodes would keep its weak key alive and leak every graph ever analysed.
 
 
 @dataclass
 class _ConstantMap:
     node_count: int
     signature: object
-    constant: dict[Node, bool]
-    culprit: dict[Node, tuple[Node, str]]
+    constant: dict[str, bool]
+    culprit: dict[str, str]
 
 
 _CONSTANT_MAPS: "weakref.WeakKeyDictionary[Graph, _ConstantMap]" = (
@@ -170,8 +173,8 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
         and cached.signature is ep.graph_signature
     ):
         return cached
-    constant: dict[Node, bool] = {}
-    culprit: dict[Node, tuple[Node, str]] = {}
+    constant: dict[str, bool] = {}
+    culprit: dict[str, str] = {}
     for node in graph.nodes:
         if node.op == "placeholder":
             problem = _source_problem(ep, node)
@@ -179,16 +182,16 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
             problem = _op_problem(node)
             if problem is None:
                 for inp in node.all_input_nodes:
-                    if not constant.get(inp, False):
-                        culprit[node] = culprit.get(
-                            inp, (inp, f"'{inp.name}' is not a constant")
+                    if not constant.get(inp.name, False):
+                        culprit[node.name] = culprit.get(
+                            inp.name, f"'{inp.name}' is not a constant"
                         )
                         break
         else:
             problem = f"'{node.name}' is a {node.op} node"
         if problem is not None:
-            culprit[node] = (node, problem)
-        constant[node] = node not in culprit
+            culprit[node.name] = problem
+        constant[node.name] = node.name not in culprit
     result = _ConstantMap(len(graph.nodes), ep.graph_signature, constant, culprit)
     _CONSTANT_MAPS[graph] = result
     return result
@@ -255,8 +258,8 @@ def find_weight_computation(
 
     site = site_of(root)
     cmap = _constant_map(ep)
-    if not cmap.constant.get(root, False):
-        _, problem = cmap.culprit.get(root, (root, "it is not a constant"))
+    if not cmap.constant.get(root.name, False):
+        problem = cmap.culprit.get(root.name, "it is not a constant")
         return reject(
             f"the {role} is computed at run time: {problem}",
             False,

@@ -42,10 +42,40 @@ __all__ = [
     "FoldingLinearConfig",
     "FoldingMMConfig",
     "FOLDING_GEMM_CONFIGS",
+    "written_elsewhere",
 ]
 
 logger = logging.getLogger(__name__)
 why = WhyNoPartition(logger=logger)
+
+
+def written_elsewhere(
+    result: Union[WeightComputation, Rejection, None],
+    ep: ExportedProgram,
+    written_buffers: Optional[set[str]],
+) -> Optional[Rejection]:
+    """A rejection when a foldable computation reads a buffer another method writes.
+
+    The predicate sees one method's program, where a buffer that only another method of
+    the same program writes (``set_gain`` updating the gain ``forward`` reads, with
+    ``share_mutable_buffers=True``) looks like a constant. Folding it would freeze the
+    value ``forward`` read at export time, so such a computation stays in the program.
+    """
+    if not isinstance(result, WeightComputation) or not written_buffers:
+        return None
+    for source in result.sources:
+        fqn = ep.graph_signature.inputs_to_buffers.get(source.name)
+        if fqn is not None and fqn in written_buffers:
+            return Rejection(
+                result.gemm,
+                result.arg_index,
+                result.role,
+                f"buffer '{source.name}' ({fqn}) of the {result.role} computation is "
+                "written by another method of the program",
+                True,
+                result.site,
+            )
+    return None
 
 
 class FoldingGEMMMixin:
@@ -59,6 +89,10 @@ class FoldingGEMMMixin:
     fold: bool = True
     max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES
     rejections: Optional[dict[tuple[Node, int], Rejection]] = None
+    # Names of GEMMs accepted with intermediates shared with other GEMMs' weights.
+    shared_folds: Optional[set[str]] = None
+    # Buffers (by FQN) that some method lowered with this partitioner writes.
+    written_buffers: Optional[set[str]] = None
 
     # Provided by GEMMConfig.
     weight_idx: int
@@ -74,13 +108,14 @@ class FoldingGEMMMixin:
         self, node: Node, arg_index: int, ep: ExportedProgram
     ) -> Union[WeightComputation, Rejection, None]:
         """The shared predicate, for this GEMM's argument layout."""
-        return find_weight_computation(
+        result = find_weight_computation(
             node,
             arg_index,
             ep,
             arg_positions=self._arg_positions(),
             max_nodes=self.max_fold_nodes,
         )
+        return written_elsewhere(result, ep, self.written_buffers) or result
 
     def _computed_deps(
         self, node: Node, arg_index: Optional[int], ep: ExportedProgram
@@ -91,6 +126,13 @@ class FoldingGEMMMixin:
         result = self.computation(node, arg_index, ep)
         if result is None:
             return None
+        if (
+            isinstance(result, WeightComputation)
+            and result.shared
+            and self.shared_folds is not None
+        ):
+            # The partitioner checks these GEMMs' common partition for cycles.
+            self.shared_folds.add(node.name)
         if isinstance(result, Rejection):
             why(node, result.reason)
             if self.rejections is not None:
@@ -113,7 +155,11 @@ class FoldingGEMMMixin:
         self, node: Node, ep: ExportedProgram, precision: ConfigPrecisionType
     ) -> tuple[bool, list[Node]]:
         valid, deps = super()._get_bias_deps(node, ep, precision)  # type: ignore[misc]
-        if valid or precision != ConfigPrecisionType.FP32:
+        # Any precision: XNNPACKQuantizer leaves biases in fp32, so a quantized GEMM's
+        # computed bias is an fp32 computation of constants like any other, and the stock
+        # config takes the same GEMM with the folded bias as a parameter. A quantized
+        # bias reaches the GEMM through a dequantize, which the predicate never folds.
+        if valid:
             return valid, deps
         computed = self._computed_deps(node, self.bias_idx, ep)
         return (valid, deps) if computed is None else computed
@@ -135,8 +181,10 @@ class FoldingGEMMMixin:
         partition = super().get_node_and_deps(node, ep)  # type: ignore[misc]
         # Marked only here, on the accept path: check_constraints also runs for GEMMs
         # that end up declined, and a mark must mean "this GEMM's partition folds".
+        # Quantized GEMMs too: their weight is a dequantize (never foldable), so only a
+        # computed fp32 bias can be marked there.
         folded = self.folded_args(node, ep)
-        if folded and self._detect_precision(node) == ConfigPrecisionType.FP32:  # type: ignore[attr-defined]
+        if folded:
             node.meta[FOLD_META_KEY] = folded
         return partition
 

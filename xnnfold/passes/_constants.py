@@ -10,7 +10,7 @@ key, op set and table here means a rename cannot leave one half behind.
 from __future__ import annotations
 
 import operator
-from typing import Final
+from typing import Final, Optional
 
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -19,11 +19,18 @@ __all__ = [
     "ATEN_GEMM_ARGS",
     "CUSTOM_META_KEY",
     "DEFAULT_MAX_FOLD_NODES",
+    "EXTERNAL_TAG_KEYS",
+    "EDGE_ACTIVATION_GEMMS",
     "EDGE_GEMM_ARGS",
     "FOLD_META_KEY",
+    "GEMM_ARGS_BY_NAME",
+    "FILL_OPS",
     "FOLDABLE_NAMESPACES",
     "PRESERVE_BLOCKLIST",
     "PRESERVED_META_KEY",
+    "QUANTIZATION_NAMESPACES",
+    "REASON_META_KEY",
+    "STOCK_WHY_LOGGERS",
     "SITE_META_KEY",
     "UNFOLDABLE_OPS",
     "GETITEM",
@@ -41,6 +48,24 @@ SITE_META_KEY: Final = "xnnfold_site"
 FOLD_META_KEY: Final = "xnnfold_fold"
 # On an ATen node the partitioner asked executorch not to decompose.
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
+# On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
+REASON_META_KEY: Final = "xnnfold_reason"
+
+# The loggers the stock XNNPACK configs report `WhyNoPartition` reasons to (at DEBUG).
+STOCK_WHY_LOGGERS: Final = (
+    "executorch.backends.xnnpack.partition.config.gemm_configs",
+    "executorch.backends.xnnpack.partition.config.xnnpack_config",
+)
+
+# Where executorch 1.5.1 records that a constant belongs in an external `.ptd` file:
+# (meta dict, key). `delegate_external_constants_pass_unlifted` writes
+# meta["custom"]["delegate_constant_tag"] (XNNPACK's node visitor reads it for delegate
+# constants); `to_executorch(ExecutorchBackendConfig(external_constants=...))` writes
+# meta["constant_tag"] on top-level placeholders. None as the dict means node.meta itself.
+EXTERNAL_TAG_KEYS: Final[tuple[tuple[Optional[str], str], ...]] = (
+    ("custom", "delegate_constant_tag"),
+    (None, "constant_tag"),
+)
 
 # A weight computation larger than this is declined rather than walked: the walk must stay
 # bounded even on graphs whose weights are computed by long chains.
@@ -51,6 +76,27 @@ DEFAULT_MAX_FOLD_NODES: Final = 4096
 FOLDABLE_NAMESPACES: Final = frozenset({"aten", "dim_order_ops"})
 
 GETITEM: Final = operator.getitem
+
+# Namespaces of the PT2E quantize/dequantize ops (a quantized weight is their output).
+QUANTIZATION_NAMESPACES: Final = frozenset({"quantized_decomposed", "torchao"})
+
+# Ops that make a tensor from a fill value alone (WavLM's ``zeros_like(v_bias)`` between the
+# q and v biases). The size rule counts what they create as source data: it is part of
+# what the computation reads, just stored as a scalar.
+FILL_OPS: Final = frozenset(
+    {
+        aten.full_like,
+        aten.zeros_like,
+        aten.ones_like,
+        aten.full,
+        aten.zeros,
+        aten.ones,
+        aten.new_full,
+        aten.new_zeros,
+        aten.new_ones,
+        aten.scalar_tensor,
+    }
+)
 
 # Pure by schema but not foldable: their value is not a function of their tensor inputs.
 UNFOLDABLE_OPS: Final = frozenset(
@@ -71,6 +117,20 @@ EDGE_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
     edge.addmm.default: (2, 0),
     edge.mm.default: (1,),
 }
+
+# The same positions by ATen op name, whatever the overload: `explain` also reads programs
+# after `to_executorch`, whose GEMMs are out variants (aten::mm.out).
+GEMM_ARGS_BY_NAME: Final[dict[str, tuple[int, ...]]] = {
+    "convolution": (1, 2),
+    "linear": (1, 2),
+    "addmm": (2, 0),
+    "mm": (1,),
+    "bmm": (),
+}
+
+# Matrix products that never have a weight (both operands are activations); `explain`
+# lists them beside the GEMMs so a user sees every product that stayed on portable.
+EDGE_ACTIVATION_GEMMS: Final = frozenset({edge.bmm.default})
 
 # The same positions in the ATen graph that `ops_to_not_decompose` inspects, before the
 # decompositions turn conv1d into convolution and matmul into mm.

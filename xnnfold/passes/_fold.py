@@ -22,6 +22,7 @@ from executorch.backends.transforms.utils import (
     delete_constant_placeholder,
 )
 from executorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
+from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 from torch._export.utils import (
     get_buffer,
@@ -39,9 +40,15 @@ from xnnfold.passes._constants import (
     EDGE_GEMM_ARGS,
     FOLD_META_KEY,
 )
-from xnnfold.passes._predicates import find_weight_computation, WeightComputation
+from xnnfold.passes._predicates import (
+    computation_key,
+    find_weight_computation,
+    WeightComputation,
+)
 
 __all__ = ["FoldComputedWeightsPass", "has_fold_marks"]
+
+_CONVOLUTION = exir_ops.edge.aten.convolution.default
 
 
 def has_fold_marks(ep: ExportedProgram) -> bool:
@@ -95,6 +102,19 @@ def _evaluate(ep: ExportedProgram, computation: WeightComputation) -> torch.Tens
     return value.detach().contiguous()
 
 
+def _reshaped_in_place(computation: WeightComputation) -> bool:
+    """XNNPACK's Conv1dUnsqueezePass reshapes a 1D convolution's weight constant in
+    place, so two 1D convolutions must not share one (stock lowering of a hand-folded
+    Conv1d called twice fails on exactly that)."""
+    val = computation.root.meta.get("val")
+    return (
+        computation.role == "weight"
+        and computation.gemm.target is _CONVOLUTION
+        and isinstance(val, torch.Tensor)
+        and val.dim() == 3
+    )
+
+
 def _unique_name(ep: ExportedProgram, base: str) -> str:
     taken = {node.name for node in ep.graph.nodes} | set(ep.state_dict) | set(
         ep.constants
@@ -146,6 +166,28 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     found.append(result)
         return found
 
+    def _fold_one(self, computation: WeightComputation, before: Node) -> Node:
+        """A new constant placeholder holding the computation's value."""
+        ep = self.exported_program
+        value = _evaluate(ep, computation)
+        base = (computation.site or computation.root.name).replace(".", "_")
+        with ep.graph.inserting_before(before):
+            folded = create_constant_placeholder(
+                ep,
+                ep.graph,
+                _unique_name(ep, f"xnnfold_{base}"),
+                InputKind.PARAMETER,
+                value,
+            )
+        folded.meta.update(
+            {
+                k: v
+                for k, v in computation.root.meta.items()
+                if k in ("custom", "nn_module_stack", "stack_trace")
+            }
+        )
+        return folded
+
     def call(self, graph_module: GraphModule) -> PassResult:
         ep = self.exported_program
         graph = graph_module.graph
@@ -154,32 +196,31 @@ class FoldComputedWeightsPass(XNNPACKPass):
             return PassResult(graph_module, False)
 
         first_input = next(n for n in graph.nodes if n.op == "placeholder")
-        for computation in computations:
-            value = _evaluate(ep, computation)
-            base = (computation.site or computation.root.name).replace(".", "_")
-            with graph.inserting_before(first_input):
-                folded = create_constant_placeholder(
-                    ep,
-                    graph,
-                    _unique_name(ep, f"xnnfold_{base}"),
-                    InputKind.PARAMETER,
-                    value,
-                )
-            first_input = folded
-            folded.meta.update(
-                {
-                    k: v
-                    for k, v in computation.root.meta.items()
-                    if k in ("custom", "nn_module_stack", "stack_trace")
-                }
-            )
+        # Keyed before anything is rewritten: a module called twice computes its weight
+        # twice from the same sources, and both calls get the one folded constant.
+        memo: dict[Node, object] = {}
+        keys = [
+            (computation_key(c, memo), c.gemm if _reshaped_in_place(c) else None)
+            for c in computations
+        ]
+        folded_by_key: dict[object, Node] = {}
+        removed: set[Node] = set()
+        for computation, key in zip(computations, keys):
+            folded = folded_by_key.get(key)
+            if folded is None:
+                folded = self._fold_one(computation, first_input)
+                folded_by_key[key] = first_input = folded
             computation.root.replace_all_uses_with(folded)
+            # Computations may share nodes (a split feeding several GEMMs, one weight
+            # read by two GEMMs): each node goes once its last reader has been folded.
             for node in reversed(computation.nodes):
-                if not node.users:
+                if node not in removed and not node.users:
                     graph.erase_node(node)
+                    removed.add(node)
             for source in computation.sources:
-                if not source.users:
+                if source not in removed and not source.users:
                     delete_constant_placeholder(ep, source)
+                    removed.add(source)
             # A new dict, not an in-place pop: fx copies meta shallowly, so the dict may
             # be shared with the top-level program's node.
             remaining = {

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from typing import Callable, Optional, Sequence, Type, Union
+from typing import Callable, Iterable, Optional, Sequence, Type, Union
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -27,17 +27,31 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
 from executorch.exir.backend.partitioner import PartitionResult
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
+from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold.passes._configs import FOLDING_GEMM_CONFIGS, FoldingGEMMMixin
+from xnnfold.passes._configs import (
+    FOLDING_GEMM_CONFIGS,
+    FoldingGEMMMixin,
+    written_elsewhere,
+)
 from xnnfold.passes._constants import (
     ATEN_GEMM_ARGS,
     CUSTOM_META_KEY,
     DEFAULT_MAX_FOLD_NODES,
+    EDGE_GEMM_ARGS,
     FOLD_META_KEY,
     PRESERVE_BLOCKLIST,
     PRESERVED_META_KEY,
+    QUANTIZATION_NAMESPACES,
+    REASON_META_KEY,
 )
 from xnnfold.passes._hook import install_preprocess_hook
+from xnnfold.passes._reasons import (
+    collect_why_reasons,
+    is_gemm,
+    module_path,
+    reads_parameters,
+)
 from xnnfold.passes._predicates import (
     find_weight_computation,
     op_overload,
@@ -70,11 +84,17 @@ def _decomposed_ops() -> frozenset[torch._ops.OpOverload]:
 
 
 def _keepable(op: torch._ops.OpOverload) -> bool:
-    """Ops executorch can keep out of decomposition (no mutation, no aliasing)."""
+    """Ops executorch can keep out of decomposition (no mutation, no aliasing, one
+    output: `_remove_invalid_ops_for_not_decompose` drops multi-output ops such as
+    `var_mean` with an "aliases output" warning, so asking for them only adds noise)."""
     if op in PRESERVE_BLOCKLIST or op not in _decomposed_ops():
         return False
     schema = op._schema
-    return not schema.is_mutable and all(r.alias_info is None for r in schema.returns)
+    return (
+        not schema.is_mutable
+        and len(schema.returns) == 1
+        and schema.returns[0].alias_info is None
+    )
 
 
 def _float32(node: object) -> bool:
@@ -105,20 +125,26 @@ def _aten_gemm_delegable(node: Node) -> bool:
 
 
 # Keyed by node name, not Node: a Node refers to its graph and would keep the weak key alive.
-_PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[int, dict[str, torch._ops.OpOverload]]]" = (
+_PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[int, frozenset[str], dict[str, torch._ops.OpOverload]]]" = (
     weakref.WeakKeyDictionary()
 )
 
 
+# Buffer tensors some lowered method writes, by id (a WeakSet would compare tensors with
+# `==`). Shared by all folding partitioners: a dict of per-method partitioners gives the
+# reading method and the writing method different instances.
+_WRITTEN_BUFFERS: dict[int, "weakref.ref[torch.Tensor]"] = {}
+
+
 def _preserved_nodes(
-    ep: ExportedProgram, max_nodes: int
+    ep: ExportedProgram, max_nodes: int, written_buffers: frozenset[str] = frozenset()
 ) -> dict[str, torch._ops.OpOverload]:
     """Names of the nodes of foldable weight computations whose op the decompositions
-    would change."""
+    would change (none of a computation that reads a buffer in ``written_buffers``)."""
     graph = ep.graph
     cached = _PRESERVED.get(graph)
-    if cached is not None and cached[0] == len(graph.nodes):
-        return cached[1]
+    if cached is not None and cached[:2] == (len(graph.nodes), written_buffers):
+        return cached[2]
     preserved: dict[str, torch._ops.OpOverload] = {}
     for node in graph.nodes:
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
@@ -128,14 +154,94 @@ def _preserved_nodes(
             result = find_weight_computation(
                 node, index, ep, arg_positions=positions, max_nodes=max_nodes
             )
-            if not isinstance(result, WeightComputation):
+            if not isinstance(result, WeightComputation) or written_elsewhere(
+                result, ep, set(written_buffers)
+            ):
                 continue
             for member in result.nodes:
                 op = op_overload(member.target)
                 if op is not None and _keepable(op):
                     preserved[member.name] = op
-    _PRESERVED[graph] = (len(graph.nodes), preserved)
+    _PRESERVED[graph] = (len(graph.nodes), written_buffers, preserved)
     return preserved
+
+
+def _contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> bool:
+    """True when the graph stays acyclic with each node set contracted to one node.
+
+    Checking each partition on its own is not enough: two partitions can each be valid
+    and still depend on each other, which only shows once both are fused.
+    """
+    unit: dict[Node, int] = {}
+    for index, nodes in enumerate(node_sets):
+        for node in nodes:
+            unit[node] = index
+    next_id = len(node_sets)
+    for node in graph.nodes:
+        if node not in unit:
+            unit[node] = next_id
+            next_id += 1
+    edges: dict[int, set[int]] = {}
+    indegree = [0] * next_id
+    for node in graph.nodes:
+        source = unit[node]
+        for user in node.users:
+            target = unit[user]
+            if target != source and target not in edges.setdefault(source, set()):
+                edges[source].add(target)
+                indegree[target] += 1
+    ready = [u for u in range(next_id) if indegree[u] == 0]
+    visited = 0
+    while ready:
+        current = ready.pop()
+        visited += 1
+        for target in edges.get(current, ()):
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                ready.append(target)
+    return visited == next_id
+
+
+def _acyclic_grouping(graph: Graph, groups: Sequence[Iterable[Node]]) -> list[Partition]:
+    """Merge node groups into partitions, never splitting a group, never making a cycle.
+
+    executorch's GroupBasedPartitioner checks merges node by node, which misses a cycle
+    through a group whose GEMMs read different activations (the q and kv projections of
+    a cross-attention sharing a packed weight). Used only when its result has one.
+    """
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    pending = sorted(
+        (set(g) for g in groups if g), key=lambda g: min(order[n] for n in g)
+    )
+    partitions: list[set[Node]] = []
+    owner: dict[Node, int] = {}
+    for group in pending:
+        neighbours = {
+            owner[other]
+            for node in group
+            for other in (*node.all_input_nodes, *node.users)
+            if other in owner
+        }
+        candidates = sorted(neighbours, reverse=True)
+        if partitions and len(partitions) - 1 not in neighbours:
+            candidates.append(len(partitions) - 1)
+        for index in candidates:
+            trial = [p if i != index else p | group for i, p in enumerate(partitions)]
+            if _contracted_acyclic(graph, trial):
+                partitions[index] |= group
+                owner.update(dict.fromkeys(group, index))
+                break
+        else:
+            if not _contracted_acyclic(graph, [*partitions, group]):
+                raise RuntimeError(
+                    "xnnfold: the nodes "
+                    f"{sorted(n.name for n in group)[:6]} must share one delegate but "
+                    "depend on each other through nodes outside it. Lower this model "
+                    "with XnnpackFoldingPartitioner(fold=False) and report the model."
+                )
+            owner.update(dict.fromkeys(group, len(partitions)))
+            partitions.append(group)
+    return [Partition(id=i, nodes=list(p)) for i, p in enumerate(partitions)]
 
 
 class XnnpackFoldingPartitioner(XnnpackPartitioner):
@@ -195,11 +301,36 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         self.fold = fold
         self.max_fold_nodes = max_fold_nodes
         self.rejections: dict[tuple[Node, int], Rejection] = {}
+        self._shared_folds: set[str] = set()
+        # FQNs of this partitioner's buffers that some method writes (see
+        # `_note_buffers`), and the tensor behind each FQN it was asked about.
+        self._written_buffers: set[str] = set()
+        self._buffer_tensors: dict[str, weakref.ref[torch.Tensor]] = {}
         for config in self.target_partitioner_configs.values():
             if isinstance(config, FoldingGEMMMixin):
                 config.fold = fold
                 config.max_fold_nodes = max_fold_nodes
                 config.rejections = self.rejections
+                config.shared_folds = self._shared_folds
+                config.written_buffers = self._written_buffers
+
+    def _folding_configs(self) -> list[FoldingGEMMMixin]:
+        return [
+            c for c in self.target_partitioner_configs.values() if isinstance(c, FoldingGEMMMixin)
+        ]
+
+    def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
+        """The stock partitions, unless GEMMs that share a weight computation (a packed
+        projection's split) were grouped into a partition that forms a dependency cycle
+        with another: then the groups are merged by `_acyclic_grouping` instead."""
+        self._shared_folds.clear()
+        partitions = super().generate_partitions(ep)
+        if not self._shared_folds or _contracted_acyclic(
+            ep.graph, [list(p.nodes) for p in partitions]
+        ):
+            return partitions
+        # The GEMMs of a shared computation must share a delegate; group them ourselves.
+        return _acyclic_grouping(ep.graph, self.get_matched_nodes_from_configs(ep))
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
@@ -208,7 +339,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         if not self.fold:
             return ops, stock_filter
         graph = ep.graph
-        preserved = _preserved_nodes(ep, self.max_fold_nodes)
+        self._note_buffers(ep)
+        preserved = _preserved_nodes(
+            ep, self.max_fold_nodes, frozenset(self._written_buffers)
+        )
         extra = sorted(set(preserved.values()) - set(ops), key=str)
 
         def filter_fn(node: Node) -> bool:
@@ -224,15 +358,49 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
         return [*ops, *extra], filter_fn
 
+    def _note_buffers(self, ep: ExportedProgram) -> None:
+        """Record the buffers ``ep`` reads and writes, then refresh `_written_buffers`.
+
+        to_edge_transform_and_lower asks every method's partitioners for
+        ops_to_not_decompose before it partitions any method, so by partition time every
+        write is known, whether the methods share this partitioner or each has its own
+        (the record is keyed by the buffer tensor the methods share, which also keeps one
+        model's writes from declining another model's buffer of the same name).
+        """
+        for key in [k for k, ref in _WRITTEN_BUFFERS.items() if ref() is None]:
+            del _WRITTEN_BUFFERS[key]
+        mutated = set(ep.graph_signature.buffers_to_mutate.values())
+        for fqn in ep.graph_signature.buffers:
+            tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
+            if not isinstance(tensor, torch.Tensor):
+                continue
+            self._buffer_tensors[fqn] = weakref.ref(tensor)
+            if fqn in mutated:
+                _WRITTEN_BUFFERS[id(tensor)] = weakref.ref(tensor)
+        self._refresh_written_buffers()
+
+    def _refresh_written_buffers(self) -> None:
+        self._written_buffers.clear()
+        for fqn, ref in self._buffer_tensors.items():
+            tensor = ref()
+            written = _WRITTEN_BUFFERS.get(id(tensor)) if tensor is not None else None
+            if written is not None and written() is tensor:
+                self._written_buffers.add(fqn)
+
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         self.rejections.clear()
-        result = super().partition(exported_program)
+        if self.fold:
+            # Writes of methods asked about after this partitioner last looked. (Not
+            # `_note_buffers`: the edge program holds copies of the buffer tensors.)
+            self._refresh_written_buffers()
+        with collect_why_reasons() as stock_reasons:
+            result = super().partition(exported_program)
         if self.fold:
             graph = exported_program.graph
             if any(FOLD_META_KEY in node.meta for node in graph.nodes):
                 install_preprocess_hook()
             self._check_preserved_were_delegated(exported_program)
-            self._report_rejections()
+        self._record_reasons(exported_program, stock_reasons)
         return result
 
     def _check_preserved_were_delegated(self, ep: ExportedProgram) -> None:
@@ -244,6 +412,17 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 and custom.get(PRESERVED_META_KEY)
                 and "delegation_tag" not in node.meta
             ):
+                written = self._written_buffers_read_by(node, ep)
+                if written:
+                    # The kept op was chosen before a later method showed that it writes
+                    # this buffer; the decompositions cannot be redone at this point.
+                    raise RuntimeError(
+                        f"xnnfold kept '{node.name}' ({node.target}) undecomposed to fold "
+                        f"its GEMM's weight, but another method writes the buffer "
+                        f"{written[0]} it reads, so the weight is not folded and '{node.name}' "
+                        "has no portable kernel. Pass the methods that write buffers before "
+                        "the methods that read them to to_edge_transform_and_lower."
+                    )
                 raise RuntimeError(
                     f"xnnfold kept '{node.name}' ({node.target}) undecomposed so that its "
                     "GEMM's weight could be folded, but the GEMM was not delegated, and no "
@@ -251,17 +430,81 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                     "XnnpackFoldingPartitioner(fold=False) and report the model."
                 )
 
-    def _report_rejections(self) -> None:
-        for (gemm, _), rejection in self.rejections.items():
-            if "delegation_tag" in gemm.meta:
+    def _written_buffers_read_by(self, node: Node, ep: ExportedProgram) -> list[str]:
+        """FQNs of written buffers that the weights and biases ``node`` feeds read."""
+        limit = self.max_fold_nodes
+        weights: list[Node] = []
+        seen: set[Node] = set()
+        stack = [node]
+        while stack and len(seen) <= limit:
+            current = stack.pop()
+            if current in seen:
                 continue
-            if rejection.computed_from_constants or rejection.site is not None:
+            seen.add(current)
+            positions = (
+                EDGE_GEMM_ARGS.get(current.target) if current.op == "call_function" else None
+            )
+            if positions is not None:
+                for index in positions:
+                    arg = current.args[index] if index < len(current.args) else None
+                    if isinstance(arg, Node):
+                        weights.append(arg)
+                continue
+            stack.extend(current.users)
+        found: list[str] = []
+        seen.clear()
+        while weights and len(seen) <= limit:
+            current = weights.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            fqn = ep.graph_signature.inputs_to_buffers.get(current.name)
+            if current.op == "placeholder" and fqn in self._written_buffers:
+                found.append(fqn)
+            weights.extend(current.all_input_nodes)
+        return found
+
+    def _record_reasons(self, ep: ExportedProgram, stock_reasons: dict[str, str]) -> None:
+        """Write onto each GEMM left outside a delegate why (for `explain`), and warn
+        about the ones whose weight or bias is computed from parameters."""
+        declined: dict[Node, Rejection] = {}
+        for (gemm, _), rejection in self.rejections.items():
+            declined.setdefault(gemm, rejection)
+        for node in ep.graph.nodes:
+            if not is_gemm(node) or "delegation_tag" in node.meta:
+                continue
+            rejection = declined.get(node)
+            reason = (
+                f"its {rejection.role} is not folded: {rejection.reason}"
+                if rejection is not None
+                else stock_reasons.get(node.name)
+            )
+            if reason is None:
+                continue
+            node.meta[REASON_META_KEY] = reason
+            if rejection is not None and self._worth_a_warning(rejection, ep):
                 where = f" (computed by {rejection.site})" if rejection.site else ""
                 logger.warning(
-                    "xnnfold: GEMM '%s' stays on the portable kernels: its %s%s is not "
-                    "folded because %s",
-                    gemm.name,
+                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: "
+                    "its %s%s is not folded because %s",
+                    node.name,
+                    module_path(node),
                     rejection.role,
                     where,
                     rejection.reason,
                 )
+
+    @staticmethod
+    def _worth_a_warning(rejection: Rejection, ep: ExportedProgram) -> bool:
+        # A weight computed from parameters is one the user expects to be static; an
+        # activation operand (attention's k.T) is not news and would drown the rest.
+        if rejection.computed_from_constants or rejection.site is not None:
+            return True
+        root = rejection.gemm.args[rejection.arg_index]
+        if not isinstance(root, Node):
+            return False
+        op = op_overload(root.target)
+        if op is not None and op.namespace in QUANTIZATION_NAMESPACES:
+            # A quantized weight: whether it is delegated is the stock config's call.
+            return False
+        return reads_parameters(root, ep)

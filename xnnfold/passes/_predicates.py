@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 import torch
+from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
 from torch.export import ExportedProgram
@@ -21,8 +22,12 @@ from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold.passes._constants import (
+    ATEN_GEMM_ARGS,
     CUSTOM_META_KEY,
     DEFAULT_MAX_FOLD_NODES,
+    EDGE_GEMM_ARGS,
+    EXTERNAL_TAG_KEYS,
+    FILL_OPS,
     FOLDABLE_NAMESPACES,
     GETITEM,
     SITE_META_KEY,
@@ -34,6 +39,8 @@ __all__ = [
     "Rejection",
     "arg_role",
     "can_fold",
+    "computation_key",
+    "external_tag",
     "find_weight_computation",
     "op_overload",
     "site_of",
@@ -52,6 +59,8 @@ class WeightComputation:
         nodes: the computation's call_function nodes in topological order (root last).
         sources: the parameter, buffer and constant placeholders it reads.
         site: the ``prepare_for_xnnpack`` mark (``"<module path>.<tensor>"``), if any.
+        shared: intermediates it shares with other GEMMs' weight computations (the
+            split of a packed projection); those GEMMs must share its partition.
     """
 
     gemm: Node
@@ -61,6 +70,7 @@ class WeightComputation:
     nodes: tuple[Node, ...]
     sources: tuple[Node, ...]
     site: Optional[str]
+    shared: tuple[Node, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,10 @@ class _ConstantMap:
     signature: object
     constant: dict[str, bool]
     culprit: dict[str, str]
+    # Constant nodes whose every use ends in GEMM weights or biases: a source shared only
+    # by such uses (a packed in_proj split three ways, a module called twice) is freed
+    # once every GEMM that reads it is folded.
+    weight_only: dict[str, bool]
 
 
 _CONSTANT_MAPS: "weakref.WeakKeyDictionary[Graph, _ConstantMap]" = (
@@ -142,9 +156,23 @@ def _source_problem(ep: ExportedProgram, node: Node) -> Optional[str]:
     return f"'{node.name}' is a runtime input"
 
 
+def external_tag(node: Node) -> Optional[str]:
+    """The external data file (``.ptd``) tag ``node`` is stored under, if any."""
+    for meta_key, tag_key in EXTERNAL_TAG_KEYS:
+        meta = node.meta.get(meta_key) if meta_key is not None else node.meta
+        tag = meta.get(tag_key) if isinstance(meta, dict) else None
+        if tag is not None:
+            return str(tag)
+    return None
+
+
 def _op_problem(node: Node) -> Optional[str]:
     if node.target is GETITEM:
         return None
+    if node.target is executorch_call_delegate:
+        # An earlier partitioner in the list took this part of the computation; its
+        # delegate runs at run time and cannot be folded into a later one.
+        return f"'{node.name}' is computed by an earlier partitioner's delegate"
     op = op_overload(node.target)
     if op is None:
         return f"'{node.name}' calls {node.target}, which is not an ATen op"
@@ -162,6 +190,57 @@ def _op_problem(node: Node) -> Optional[str]:
         if isinstance(v, torch.Tensor) and free_symbols(v):
             return f"'{node.name}' has a shape that depends on the inputs"
     return None
+
+
+def _gemm_positions(node: Node) -> Optional[tuple[int, ...]]:
+    if node.op != "call_function":
+        return None
+    return EDGE_GEMM_ARGS.get(node.target) or ATEN_GEMM_ARGS.get(node.target)
+
+
+def _used_as_gemm_weight(value: Node, user: Node) -> bool:
+    """True when ``user`` is a GEMM that reads ``value`` only as its weight or bias."""
+    positions = _gemm_positions(user)
+    if positions is None or value in user.kwargs.values():
+        return False
+    uses = [i for i, arg in enumerate(user.args) if arg is value]
+    return bool(uses) and all(i in positions for i in uses)
+
+
+def _op_identity(target: object) -> object:
+    """"_weight_norm.default" for the ATen op, its edge wrapper, and the copy executorch
+    keeps out of decomposition under another namespace while it decomposes the rest."""
+    op = op_overload(target)
+    if op is None:
+        return target
+    return (op._schema.name.split("::")[-1], op._overloadname)
+
+
+def _structure(node: Node, memo: dict[Node, object]) -> object:
+    """A hashable description of what ``node`` computes from which sources: two weight
+    computations with the same structure fold to the same bytes, stored once."""
+    if node in memo:
+        return memo[node]
+    if node.op == "placeholder":
+        key: object = ("source", node.name)
+    else:
+
+        def describe(arg: object) -> object:
+            if isinstance(arg, Node):
+                return _structure(arg, memo)
+            if isinstance(arg, (list, tuple)):
+                return tuple(describe(a) for a in arg)
+            if isinstance(arg, dict):
+                return tuple(sorted((k, describe(v)) for k, v in arg.items()))
+            try:
+                hash(arg)
+            except TypeError:
+                return repr(arg)
+            return (type(arg).__name__, arg)
+
+        key = (_op_identity(node.target), describe(node.args), describe(node.kwargs))
+    memo[node] = key
+    return key
 
 
 def _constant_map(ep: ExportedProgram) -> _ConstantMap:
@@ -192,16 +271,38 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
         if problem is not None:
             culprit[node.name] = problem
         constant[node.name] = node.name not in culprit
-    result = _ConstantMap(len(graph.nodes), ep.graph_signature, constant, culprit)
+    weight_only: dict[str, bool] = {}
+    for node in reversed(graph.nodes):
+        weight_only[node.name] = (
+            constant[node.name]
+            and bool(node.users)
+            and all(
+                _used_as_gemm_weight(node, user)
+                or (user.op == "call_function" and weight_only.get(user.name, False))
+                for user in node.users
+            )
+        )
+    result = _ConstantMap(
+        len(graph.nodes), ep.graph_signature, constant, culprit, weight_only
+    )
     _CONSTANT_MAPS[graph] = result
     return result
 
 
-def _nbytes(node: Node) -> Optional[int]:
+def _nbytes(node: Node, float_itemsize: Optional[int] = None) -> Optional[int]:
+    """Bytes of ``node``'s value; with ``float_itemsize``, a floating-point value counts as
+    if stored at that element size (integer data keeps its own: int8 is compression)."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or free_symbols(val):
         return None
+    if float_itemsize is not None and val.dtype.is_floating_point:
+        return val.numel() * float_itemsize
     return val.numel() * val.element_size()
+
+
+def _fill_op(node: Node) -> bool:
+    op = op_overload(node.target)
+    return op is not None and op.overloadpacket in FILL_OPS
 
 
 def _topological_closure(root: Node, limit: int) -> Optional[list[Node]]:
@@ -223,6 +324,56 @@ def _topological_closure(root: Node, limit: int) -> Optional[list[Node]]:
         else:
             order.append(node)
     return order
+
+
+def _shared_component(
+    closure: list[Node], cmap: _ConstantMap, *, limit: int
+) -> Union[tuple[list[Node], list[Node], list[Node]], str, None]:
+    """The weight computations that share sources with ``closure``, taken together.
+
+    Returns (folded roots, one per distinct computation; sources freed once all of them
+    are folded; sources kept because a GEMM also reads them as a stored weight), None
+    when the component has more than ``limit`` nodes, or the name of a shared node that
+    also feeds something besides GEMM weights. Without sharing this is just
+    ([root], sources, []).
+    """
+    seen: set[Node] = set(closure)
+    stack = list(closure)
+    while stack:
+        node = stack.pop()
+        neighbours = list(node.all_input_nodes)
+        neighbours += [
+            u for u in node.users if u.op == "call_function" and cmap.weight_only.get(u.name)
+        ]
+        for other in neighbours:
+            if other not in seen:
+                seen.add(other)
+                if len(seen) > limit:
+                    return None
+                stack.append(other)
+    roots: list[Node] = []
+    kept: list[Node] = []
+    freed: list[Node] = []
+    for node in seen:
+        if not cmap.weight_only.get(node.name, False):
+            # Shared with a computation that stays in the program (it also feeds something
+            # other than GEMM weights): folding the rest would store its sources twice.
+            return f"'{node.name}', which it shares with another weight computation"
+        as_weight = any(_used_as_gemm_weight(node, u) for u in node.users)
+        if node.op == "placeholder":
+            (kept if as_weight else freed).append(node)
+        elif as_weight:
+            roots.append(node)
+    # Equal computations fold to equal bytes, which the program stores once.
+    memo: dict[Node, object] = {}
+    order = {n: i for i, n in enumerate(next(iter(seen)).graph.nodes)} if seen else {}
+    distinct: dict[object, Node] = {}
+    for node in sorted(seen, key=order.__getitem__):
+        key = _structure(node, memo)
+        if node in roots:
+            distinct.setdefault(key, node)
+    by_order = sorted(distinct.values(), key=order.__getitem__)
+    return by_order, sorted(freed, key=order.__getitem__), sorted(kept, key=order.__getitem__)
 
 
 def find_weight_computation(
@@ -280,40 +431,107 @@ def find_weight_computation(
     if site is None:
         site = next((s for s in map(site_of, reversed(nodes)) if s), None)
 
-    # Folding replaces the whole computation by one constant; anything else that reads a
-    # source or an intermediate would keep it alive, and the program would store both.
-    for user in root.users:
-        if user is not gemm:
+    # A source tagged for an external .ptd file is data the user means to keep outside
+    # the program (and to swap without re-exporting); a fold would bake its current value
+    # into a new tensor, so the source stays external and the GEMM stays as it is.
+    for source in sources:
+        tag = external_tag(source)
+        if tag is not None:
             return reject(
-                f"the computed {role} '{root.name}' is also used by '{user.name}'",
+                f"source '{source.name}' of the {role} computation is stored in the "
+                f"external data file '{tag}'",
                 True,
                 site,
             )
-    for node in closure:
-        if node is root:
-            continue
-        for user in node.users:
-            if user not in members:
-                what = "source" if node.op == "placeholder" else "intermediate"
-                return reject(
-                    f"{what} '{node.name}' of the {role} computation is also used by "
-                    f"'{user.name}'",
-                    True,
-                    site,
-                )
 
-    folded = _nbytes(root)
-    freed = [_nbytes(s) for s in sources]
-    if folded is None or any(b is None for b in freed):
-        return reject(f"the {role} has a dynamic shape", True, site)
-    if folded > sum(b for b in freed if b is not None):
+    # Folding replaces the whole computation by one constant; anything else that reads a
+    # source or an intermediate would keep it alive, and the program would store both.
+    # The one exception is another GEMM weight or bias computed from the same sources
+    # (a packed projection split per GEMM, a module called twice): those fold too.
+    for node in closure:
+        for user in node.users:
+            if user in members or user is gemm:
+                continue
+            if _used_as_gemm_weight(node, user) or (
+                user.op == "call_function" and cmap.weight_only.get(user.name, False)
+            ):
+                continue
+            what = (
+                "computed " + role
+                if node is root
+                else "source" if node.op == "placeholder" else "intermediate"
+            )
+            return reject(
+                f"{what} '{node.name}' of the {role} computation is also used by "
+                f"'{user.name}', which is not a GEMM weight",
+                True,
+                site,
+            )
+
+    shared = _shared_component(closure, cmap, limit=4 * max_nodes)
+    if shared is None:
         return reject(
-            f"folding would grow the program: the folded {role} takes {folded} bytes, "
-            f"its sources {sum(b for b in freed if b is not None)}",
+            f"the {role} shares its sources with more than {4 * max_nodes} nodes of "
+            "other weight computations (raise max_fold_nodes to fold them)",
             True,
             site,
         )
-    return WeightComputation(gemm, arg_index, role, root, nodes, sources, site)
+    if isinstance(shared, str):
+        return reject(
+            f"the {role} computation reads {shared}, and that one is not folded: it "
+            "also feeds something other than a GEMM weight",
+            True,
+            site,
+        )
+    folded_roots, freed_sources, kept_sources = shared
+    folded = sum(_nbytes(r) or 0 for r in folded_roots)
+    sizes = [_nbytes(s) for s in (*folded_roots, *freed_sources)]
+    if any(b is None for b in sizes):
+        return reject(f"the {role} has a dynamic shape", True, site)
+    # Floating-point sources are measured at the folded tensor's element size: an fp32
+    # GEMM needs an fp32 weight, so `w_fp16.float()` folds to exactly what a hand-folded
+    # model would store (twice the fp16 bytes); a float cast never counts as growth. An
+    # integer source (`w_int8.float() * scale`) keeps its own size: that is compression,
+    # for XNNPACK's quantized GEMMs rather than a 4x larger fp32 fold. Fill ops count as
+    # sources (see FILL_OPS). What stays declined is growth in elements: a low-rank
+    # product without its base weight, an expand()ed or repeat()ed kernel.
+    itemsize = root.meta["val"].element_size()
+    freed = sum(_nbytes(s, itemsize) or 0 for s in freed_sources) + sum(
+        _nbytes(n, itemsize) or 0 for n in nodes if _fill_op(n)
+    )
+    if folded > freed:
+        if kept_sources:
+            why_not = (
+                f"source '{kept_sources[0].name}' is also a GEMM's stored weight, so "
+                "folding frees nothing of it"
+            )
+        else:
+            why_not = f"its sources {freed}"
+        sharing = (
+            f"the {len(folded_roots)} folded weights sharing its sources take"
+            if len(folded_roots) > 1
+            else f"the folded {role} takes"
+        )
+        return reject(
+            f"folding would grow the program: {sharing} {folded} bytes, {why_not}"
+            + (" bytes" if not kept_sources else ""),
+            True,
+            site,
+        )
+    shared_nodes = tuple(
+        n for n in nodes if n is not root and any(u not in members for u in n.users)
+    )
+    return WeightComputation(
+        gemm, arg_index, role, root, nodes, sources, site, shared_nodes
+    )
+
+
+def computation_key(computation: WeightComputation, memo: dict[Node, object]) -> object:
+    """Equal keys mean equal folded values (same ops on the same sources), so the fold
+    can reuse one constant for a module called twice. ``memo`` is shared across calls."""
+    for node in (*computation.sources, *computation.nodes):
+        _structure(node, memo)  # inputs first, so the recursion stays one level deep
+    return memo[computation.root]
 
 
 def can_fold(

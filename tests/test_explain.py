@@ -1,0 +1,168 @@
+"""`xnnfold.explain` and the partitioner's warnings: reasons a user can see."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
+
+import xnnfold
+from xnnfold.passes._constants import STOCK_WHY_LOGGERS
+from xnnfold.passes._reasons import collect_why_reasons
+from tests.conftest import lower_stock
+
+pytestmark = pytest.mark.runtime
+
+PARTITIONER_LOGGER = "xnnfold.passes._partitioner"
+
+
+class Modulated(nn.Module):
+    """A weight scaled per call by an input: computed, but not from constants."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight * style)
+
+
+class Mixed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = weight_norm(nn.Conv1d(8, 8, 3, padding=1))
+        self.proj = nn.Linear(8, 8)
+        self.mod = Modulated()
+
+    def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        y = self.proj(self.conv(x).transpose(1, 2))
+        z = self.mod(y, style)
+        return torch.bmm(z, z.transpose(1, 2))
+
+
+def _mixed() -> nn.Module:
+    torch.manual_seed(0)
+    return Mixed().eval()
+
+
+INPUTS = (torch.randn(1, 8, 16), torch.randn(8, 1))
+
+
+@functools.lru_cache(maxsize=None)
+def _lowered() -> xnnfold.ExplainReport:
+    return xnnfold.explain(xnnfold.lower(_mixed(), INPUTS))
+
+
+def _row(report: xnnfold.ExplainReport, module: str, op: str) -> xnnfold.GemmRow:
+    (row,) = [r for r in report.rows if r.module == module and r.op == op]
+    return row
+
+
+def test_lists_every_gemm_of_the_program() -> None:
+    assert sorted((r.module, r.op) for r in _lowered().rows) == [
+        ("<root>", "bmm"),
+        ("conv", "convolution"),
+        ("mod", "mm"),
+        ("proj", "linear"),
+    ]
+
+
+def test_folded_gemm_is_delegated_with_its_site() -> None:
+    row = _row(_lowered(), "conv", "convolution")
+    assert row.delegated and row.folded == ("weight",)
+    assert row.site == "conv.weight"
+    assert row.backend == "XnnpackBackend"
+
+
+def test_static_gemm_is_delegated_and_not_folded() -> None:
+    row = _row(_lowered(), "proj", "linear")
+    assert row.delegated and not row.folded and not row.computed
+
+
+def test_gemm_left_outside_carries_the_partitioners_reason() -> None:
+    row = _row(_lowered(), "mod", "mm")
+    assert not row.delegated and row.computed
+    assert row.reason is not None and "style" in row.reason
+    assert _lowered().outside == (row,)
+
+
+def test_table_names_each_gemm_and_sums_up() -> None:
+    text = str(_lowered())
+    assert text.splitlines()[0].split()[:4] == ["method", "gemm", "op", "module"]
+    assert "portable" in text and "XnnpackBackend" in text
+    assert text.splitlines()[-1] == (
+        "4 GEMMs: 3 delegated (1 with folded weights), 1 on portable"
+    )
+
+
+def test_reads_the_program_after_to_executorch() -> None:
+    edge = xnnfold.lower(_mixed(), INPUTS)
+    before = xnnfold.explain(edge)
+    after = xnnfold.explain(edge.to_executorch())
+    assert [(r.module, r.op, r.reason) for r in after.outside] == [
+        (r.module, r.op, r.reason) for r in before.outside
+    ]
+
+
+def test_warning_names_module_path_and_cause(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=PARTITIONER_LOGGER):
+        xnnfold.lower(_mixed(), INPUTS)
+    messages = [r.getMessage() for r in caplog.records if r.name == PARTITIONER_LOGGER]
+    assert len(messages) == 1
+    assert "module 'mod'" in messages[0] and "'style' is a runtime input" in messages[0]
+
+
+def test_no_warning_for_activation_by_activation_products(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Attention(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qk = nn.Linear(8, 16)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q, k = self.qk(x).chunk(2, dim=-1)
+            return q @ k.transpose(-1, -2)
+
+    with caplog.at_level(logging.WARNING, logger=PARTITIONER_LOGGER):
+        xnnfold.lower(Attention().eval(), (torch.randn(4, 8),))
+    assert not [r for r in caplog.records if r.name == PARTITIONER_LOGGER]
+
+
+def test_stock_partitioner_program_has_no_recorded_reason() -> None:
+    lowered = lower_stock(Modulated().eval(), (torch.randn(2, 8), torch.randn(8, 1)))
+    (row,) = xnnfold.explain(lowered.edge).outside
+    assert row.reason == "no reason recorded: lowered without XnnpackFoldingPartitioner"
+
+
+def test_stock_config_reason_is_collected_for_a_gemm_it_rejects() -> None:
+    # A float64 GEMM is declined by the stock dtype check, not by xnnfold.
+    model = nn.Linear(4, 4).double().eval()
+    report = xnnfold.explain(xnnfold.lower(model, (torch.randn(2, 4, dtype=torch.float64),)))
+    (row,) = report.outside
+    assert row.reason and "dtype" in row.reason
+
+
+def test_collecting_reasons_restores_logger_state_and_prints_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = [
+        (logging.getLogger(n).level, logging.getLogger(n).propagate) for n in STOCK_WHY_LOGGERS
+    ]
+    with collect_why_reasons() as reasons:
+        logging.getLogger(STOCK_WHY_LOGGERS[0]).debug("not a WhyNoPartition")
+    after = [
+        (logging.getLogger(n).level, logging.getLogger(n).propagate) for n in STOCK_WHY_LOGGERS
+    ]
+    assert before == after and reasons == {}
+    assert capsys.readouterr().err == ""
+
+
+def test_rejects_what_it_cannot_read() -> None:
+    with pytest.raises(TypeError, match="to_edge_transform_and_lower"):
+        xnnfold.explain(nn.Linear(2, 2))  # type: ignore[arg-type]

@@ -1,0 +1,278 @@
+"""Sources shared between GEMM weights: packed projections, modules called twice, methods.
+
+Each folded slice or call is stored once in total: the .pte is never larger than the
+program with the same weights folded by hand (or, where hand-folding leaves GEMMs on
+portable, than the stock program), and every output matches eager through the runtime.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import ExecutorchProgramManager, to_edge_transform_and_lower
+from torch import nn
+from torch.fx.passes.infra.partitioner import Partition
+from torch.nn.utils import parametrize
+from torch.nn.utils.parametrizations import weight_norm
+
+import xnnfold
+from xnnfold.passes._partitioner import _acyclic_grouping, _contracted_acyclic
+from tests.conftest import lower_folding, lower_stock
+
+pytestmark = pytest.mark.runtime
+
+
+class CrossAttention(nn.Module):
+    """nn.MultiheadAttention with distinct query and key/value inputs: its packed
+    in_proj weight and bias are split into q and kv slices, one GEMM each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return self.attn(q, kv, kv, need_weights=False)[0]
+
+
+class PackedWeightNorm(nn.Module):
+    """One weight_norm'd packed projection chunked into three GEMM weights."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.packed = weight_norm(nn.Linear(32, 96))
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        wa, wb, wc = self.packed.weight.chunk(3)
+        ba, bb, bc = self.packed.bias.chunk(3)
+        return F.linear(a, wa, ba) + F.linear(b, wb, bb) * F.linear(c, wc, bc)
+
+
+class CalledTwice(nn.Module):
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(torch.tanh(self.layer(x)))
+
+
+class StaticAndScaled(nn.Module):
+    """One weight read directly by a GEMM and, scaled, by another: folding the scaled
+    copy frees nothing, so it would only add bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(16, 16))
+        self.scale = nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight) + F.linear(x, self.weight * self.scale)
+
+
+def _seeded(build: Callable[[], nn.Module]) -> nn.Module:
+    torch.manual_seed(0)
+    return build().eval()
+
+
+def _twice_conv2d() -> nn.Module:
+    return CalledTwice(weight_norm(nn.Conv2d(8, 8, 3, padding=1)))
+
+
+def _twice_linear() -> nn.Module:
+    return CalledTwice(weight_norm(nn.Linear(24, 24)))
+
+
+def _hand_folded(model: nn.Module) -> nn.Module:
+    for module in model.modules():
+        if parametrize.is_parametrized(module):
+            for name in list(module.parametrizations.keys()):
+                parametrize.remove_parametrizations(module, name)
+    return model
+
+
+def _inputs(*shapes: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(1)
+    return tuple(torch.randn(*s, generator=generator) for s in shapes)
+
+
+CROSS_INPUTS = ((1, 5, 32), (1, 7, 32))
+PACKED_INPUTS = ((3, 32), (3, 32), (3, 32))
+
+
+@functools.lru_cache(maxsize=None)
+def _lowered(name: str) -> tuple[Any, Any]:
+    if name == "cross":
+        inputs = _inputs(*CROSS_INPUTS)
+        return lower_folding(_seeded(CrossAttention), inputs), lower_stock(
+            _seeded(CrossAttention), inputs
+        )
+    inputs = _inputs(*PACKED_INPUTS)
+    return lower_folding(_seeded(PackedWeightNorm), inputs), lower_stock(
+        _hand_folded(_seeded(PackedWeightNorm)), inputs
+    )
+
+
+@pytest.mark.parametrize("name", ["cross", "packed"])
+def test_each_slice_of_a_packed_source_is_folded(name: str) -> None:
+    folded, _ = _lowered(name)
+    report = xnnfold.explain(folded.edge)
+    assert not report.outside, report.table()
+    linears = [r for r in report.rows if r.op == "linear" and r.computed]
+    assert len(linears) >= 2
+    assert all(r.folded == ("weight", "bias") for r in linears), report.table()
+
+
+@pytest.mark.parametrize("name", ["cross", "packed"])
+def test_packed_source_folded_matches_eager(name: str) -> None:
+    folded, _ = _lowered(name)
+    build, shapes = (
+        (CrossAttention, CROSS_INPUTS) if name == "cross" else (PackedWeightNorm, PACKED_INPUTS)
+    )
+    inputs = _inputs(*shapes)
+    expected = _seeded(build)(*inputs)
+    (out,) = xnnfold.run_pte(folded.buffer, inputs)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cross", "packed"])
+def test_packed_source_is_stored_once(name: str) -> None:
+    # The reference keeps the packed source once (stock leaves the sliced GEMMs on
+    # portable): folding each slice must not add a copy of the source per GEMM.
+    folded, reference = _lowered(name)
+    assert reference.summary.outside_ops, "the reference should leave GEMMs on portable"
+    assert len(folded.buffer) <= len(reference.buffer)
+
+
+def test_cross_attention_delegates_are_acyclic_even_though_stock_grouping_is_not() -> None:
+    # The stock GroupBasedPartitioner merges the q/kv group with a permute of q and a
+    # clone of kv's projection into partitions that depend on each other; the
+    # partitioner must notice and group again.
+    folded, _ = _lowered("cross")
+    ep = folded.edge.exported_program()
+    delegates = [n for n in ep.graph.nodes if "call_delegate" in str(n.target)]
+    assert len(delegates) >= 2
+
+
+@pytest.mark.parametrize("build", [_twice_conv2d, _twice_linear], ids=["conv2d", "linear"])
+def test_module_called_twice_stores_its_folded_weight_once(
+    build: Callable[[], nn.Module],
+) -> None:
+    shape = (1, 8, 6, 6) if build is _twice_conv2d else (2, 24)
+    inputs = _inputs(shape)
+    folded = lower_folding(_seeded(build), inputs)
+    hand = lower_stock(_hand_folded(_seeded(build)), inputs)
+    assert not xnnfold.explain(folded.edge).outside
+    assert len(folded.buffer) <= len(hand.buffer)
+    (out,) = xnnfold.run_pte(folded.buffer, inputs)
+    torch.testing.assert_close(out, _seeded(build)(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_conv1d_called_twice_lowers_and_matches_eager() -> None:
+    # Stock XNNPACK cannot lower a hand-folded Conv1d called twice (its Conv1dUnsqueeze
+    # pass reshapes the one shared weight twice); each folded call gets a constant.
+    def build() -> nn.Module:
+        return CalledTwice(weight_norm(nn.Conv1d(8, 8, 3, padding=1)))
+
+    inputs = _inputs((1, 8, 12))
+    folded = lower_folding(_seeded(build), inputs)
+    assert folded.summary.fully_delegated
+    (out,) = xnnfold.run_pte(folded.buffer, inputs)
+    torch.testing.assert_close(out, _seeded(build)(*inputs), rtol=1e-5, atol=1e-5)
+
+
+class _Encode(nn.Module):
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv(x))
+
+
+class _Decode(_Encode):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) * 2.0
+
+
+def _two_methods(conv: nn.Module, *, fold: bool) -> ExecutorchProgramManager:
+    inputs = _inputs((1, 8, 6, 6))
+    methods = {"encode": _Encode(conv).eval(), "decode": _Decode(conv).eval()}
+    if fold:
+        methods = {k: xnnfold.prepare_for_xnnpack(m) for k, m in methods.items()}
+    programs = {k: torch.export.export(m, inputs) for k, m in methods.items()}
+    partitioner = xnnfold.XnnpackFoldingPartitioner() if fold else XnnpackPartitioner()
+    return to_edge_transform_and_lower(programs, partitioner=[partitioner]).to_executorch()
+
+
+def _shared_conv() -> nn.Module:
+    torch.manual_seed(0)
+    return weight_norm(nn.Conv2d(8, 8, 3, padding=1)).eval()
+
+
+def test_two_methods_share_one_folded_weight() -> None:
+    folded = _two_methods(_shared_conv(), fold=True)
+    hand = _two_methods(_hand_folded(_shared_conv()), fold=False)
+    report = xnnfold.explain(folded)
+    assert {r.method for r in report.folded} == {"encode", "decode"}
+    assert len(folded.buffer) <= len(hand.buffer)
+
+
+@pytest.mark.parametrize("method", ["encode", "decode"])
+def test_two_methods_match_eager(method: str) -> None:
+    folded = _two_methods(_shared_conv(), fold=True)
+    inputs = _inputs((1, 8, 6, 6))
+    module = {"encode": _Encode, "decode": _Decode}[method](_shared_conv()).eval()
+    (out,) = xnnfold.run_pte(folded.buffer, inputs, method)
+    torch.testing.assert_close(out, module(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_source_that_is_also_a_stored_weight_is_not_folded(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inputs = _inputs((4, 16))
+    with caplog.at_level(logging.WARNING, logger="xnnfold.passes._partitioner"):
+        folded = lower_folding(_seeded(StaticAndScaled), inputs)
+    stock = lower_stock(_seeded(StaticAndScaled), inputs)
+    assert not xnnfold.explain(folded.edge).folded
+    assert "stored weight" in caplog.text
+    assert len(folded.buffer) <= len(stock.buffer)
+    (out,) = xnnfold.run_pte(folded.buffer, inputs)
+    torch.testing.assert_close(out, _seeded(StaticAndScaled)(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def _diamond() -> tuple[torch.fx.Graph, dict[str, torch.fx.Node]]:
+    # a -> b -> c and a -> d -> c: {a, c} depends on itself through b or d.
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(torch.relu, (x,))
+    b = graph.call_function(torch.tanh, (a,))
+    c = graph.call_function(torch.add, (a, b))
+    graph.output(c)
+    return graph, {"a": a, "b": b, "c": c}
+
+
+def test_contracted_graph_check_sees_a_cycle_through_an_outside_node() -> None:
+    graph, n = _diamond()
+    assert not _contracted_acyclic(graph, [[n["a"], n["c"]]])
+    assert _contracted_acyclic(graph, [[n["a"]], [n["c"]]])
+    assert _contracted_acyclic(graph, [[n["a"], n["b"], n["c"]]])
+
+
+def test_grouping_never_merges_into_a_cycle() -> None:
+    graph, n = _diamond()
+    partitions = _acyclic_grouping(graph, [[n["a"]], [n["c"]]])
+    assert all(isinstance(p, Partition) for p in partitions)
+    assert len(partitions) == 2
+    assert _contracted_acyclic(graph, [list(p.nodes) for p in partitions])
+
+
+def test_grouping_rejects_a_group_that_is_itself_cyclic() -> None:
+    graph, n = _diamond()
+    with pytest.raises(RuntimeError, match="depend on each other"):
+        _acyclic_grouping(graph, [[n["a"], n["c"]]])

@@ -1,0 +1,205 @@
+"""`explain`: every GEMM of a lowered program, where it ran and why.
+
+A GEMM left on the portable kernels costs 10x to 400x and says nothing: the stock
+partitioner's reasons are DEBUG logs. `explain` reads a lowered program and lists each
+convolution, linear, addmm, mm and bmm of each method: inside which delegate, whether its
+weight or bias was folded there, the module that called it, and, for one left outside, the
+reason the partitioner recorded (`REASON_META_KEY`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Optional, Union
+
+from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
+from executorch.exir.delegate import executorch_call_delegate
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from xnnfold.passes._constants import FOLD_META_KEY, GEMM_ARGS_BY_NAME, REASON_META_KEY
+from xnnfold.passes._predicates import arg_role, op_overload, site_of
+from xnnfold.passes._reasons import module_path
+
+__all__ = ["ExplainReport", "GemmRow", "explain"]
+
+Program = Union[EdgeProgramManager, ExecutorchProgramManager, ExportedProgram]
+
+_NO_REASON = "no reason recorded: lowered without XnnpackFoldingPartitioner"
+
+
+@dataclass(frozen=True)
+class GemmRow:
+    """One GEMM of one method.
+
+    Attributes:
+        method: the method's name.
+        node: the GEMM's node name.
+        op: the op ("convolution", "linear", "addmm", "mm", "bmm").
+        module: path of the module that called it ("<root>" for the model itself).
+        delegated: inside a delegate.
+        backend: the delegate's backend id, None when outside.
+        folded: roles ("weight", "bias") computed from parameters and folded into the
+            delegate.
+        site: the ``prepare_for_xnnpack`` site of a folded or declined computation.
+        computed: the weight or bias is computed rather than a stored tensor.
+        reason: why a GEMM is outside a delegate.
+    """
+
+    method: str
+    node: str
+    op: str
+    module: str
+    delegated: bool
+    backend: Optional[str]
+    folded: tuple[str, ...]
+    site: Optional[str]
+    computed: bool
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class ExplainReport:
+    """Every GEMM of a lowered program; ``str(report)`` is a printable table."""
+
+    rows: tuple[GemmRow, ...]
+
+    @property
+    def outside(self) -> tuple[GemmRow, ...]:
+        """GEMMs left outside any delegate (on the portable kernels)."""
+        return tuple(r for r in self.rows if not r.delegated)
+
+    @property
+    def folded(self) -> tuple[GemmRow, ...]:
+        """GEMMs whose computed weight or bias was folded inside a delegate."""
+        return tuple(r for r in self.rows if r.folded)
+
+    def table(self) -> str:
+        header = ("method", "gemm", "op", "module", "where", "folded", "reason")
+        lines = [
+            (
+                r.method,
+                r.node,
+                r.op,
+                r.module,
+                r.backend if r.delegated and r.backend else "portable",
+                ", ".join(r.folded) or ("-" if not r.computed else "no"),
+                r.reason or "",
+            )
+            for r in self.rows
+        ]
+        widths = [
+            max(len(h), *(len(line[i]) for line in lines)) if lines else len(h)
+            for i, h in enumerate(header)
+        ]
+
+        def fmt(cells: tuple[str, ...]) -> str:
+            return "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
+        out = [fmt(header), fmt(tuple("-" * w for w in widths))]
+        out += [fmt(line) for line in lines]
+        outside = len(self.outside)
+        out.append(
+            f"{len(self.rows)} GEMMs: {len(self.rows) - outside} delegated "
+            f"({len(self.folded)} with folded weights), {outside} on portable"
+        )
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _gemm_name(node: Node) -> Optional[str]:
+    """"mm" for aten.mm in any dialect or overload (mm.default, mm.out), else None."""
+    if node.op != "call_function":
+        return None
+    op = op_overload(node.target)
+    if op is None or op.namespace != "aten":
+        return None
+    name = op._schema.name.split("::")[-1]
+    return name if name in GEMM_ARGS_BY_NAME else None
+
+
+def _positions(node: Node) -> tuple[int, ...]:
+    return GEMM_ARGS_BY_NAME[_gemm_name(node) or "bmm"]
+
+
+def _computed(node: Node) -> bool:
+    for index in _positions(node):
+        arg = node.args[index] if index < len(node.args) else None
+        if isinstance(arg, Node) and arg.op != "placeholder":
+            return True
+    return False
+
+
+def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
+    marks = node.meta.get(FOLD_META_KEY) or {}
+    positions = _positions(node)
+    folded = tuple(
+        arg_role(positions, index) for index in sorted(marks, key=positions.index)
+    )
+    site = next((s for s in marks.values() if s), None)
+    return GemmRow(
+        method, node.name, _gemm_name(node) or "", module_path(node), True, backend,
+        folded, site, _computed(node) or bool(folded), None,
+    )
+
+
+def _outside_row(method: str, node: Node) -> GemmRow:
+    computed = _computed(node)
+    site = None
+    for index in _positions(node):
+        arg = node.args[index] if index < len(node.args) else None
+        if isinstance(arg, Node):
+            site = site or site_of(arg)
+    reason = node.meta.get(REASON_META_KEY) or _NO_REASON
+    return GemmRow(
+        method, node.name, _gemm_name(node) or "", module_path(node), False, None,
+        (), site, computed, reason,
+    )
+
+
+def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
+    graph_module = ep.graph_module
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if node.target is executorch_call_delegate:
+            lowered = getattr(graph_module, str(node.args[0].target))
+            inner = getattr(lowered, "original_module", None)
+            if inner is None:
+                continue
+            for inner_node in inner.graph.nodes:
+                if _gemm_name(inner_node):
+                    yield _delegated_row(method, inner_node, lowered.backend_id)
+        elif _gemm_name(node):
+            yield _outside_row(method, node)
+
+
+def _methods(program: Program) -> Iterator[tuple[str, ExportedProgram]]:
+    if isinstance(program, ExportedProgram):
+        yield "forward", program
+        return
+    for method in sorted(program.methods):
+        yield method, program.exported_program(method)
+
+
+def explain(program: Program) -> ExplainReport:
+    """List every GEMM of a lowered program: delegated or not, folded or not, and why.
+
+    Args:
+        program: the result of ``to_edge_transform_and_lower`` (or its
+            ``to_executorch()``), or one lowered `ExportedProgram` (read as "forward").
+
+    Returns:
+        An `ExplainReport`; print it for a table, or read ``report.outside`` for the
+        GEMMs left on the portable kernels, each with its reason.
+    """
+    if not isinstance(program, (EdgeProgramManager, ExecutorchProgramManager, ExportedProgram)):
+        raise TypeError(
+            "xnnfold.explain expects the EdgeProgramManager returned by "
+            "to_edge_transform_and_lower (or its to_executorch() result, or an "
+            f"ExportedProgram), got {type(program).__name__}"
+        )
+    rows = [row for method, ep in _methods(program) for row in _rows(method, ep)]
+    return ExplainReport(tuple(rows))

@@ -1,0 +1,119 @@
+"""Why a GEMM stayed outside the delegate, in words a user can act on.
+
+The stock XNNPACK configs explain every rejection with `WhyNoPartition`, but only at DEBUG
+level, so a model whose GEMMs fall to the portable kernels is just slow, silently. The
+folding partitioner collects those reasons (and its own) while it partitions, writes the
+one that applies onto each GEMM it left out (`REASON_META_KEY`), and `xnnfold.explain`
+reads them back from the lowered program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator, Optional
+
+from executorch.exir.backend.utils import WhyNoPartition
+from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from xnnfold.passes._constants import (
+    ATEN_GEMM_ARGS,
+    EDGE_ACTIVATION_GEMMS,
+    EDGE_GEMM_ARGS,
+    STOCK_WHY_LOGGERS,
+)
+
+__all__ = ["collect_why_reasons", "is_gemm", "module_path", "reads_parameters"]
+
+# The walk behind a run-time weight only looks for a parameter a few ops away; a weight
+# that is an activation reaches parameters only through other GEMMs, where the walk stops.
+_MAX_WALK = 256
+ROOT_MODULE: str = "<root>"
+
+
+def is_gemm(node: Node) -> bool:
+    return node.op == "call_function" and (
+        node.target in EDGE_GEMM_ARGS
+        or node.target in ATEN_GEMM_ARGS
+        or node.target in EDGE_ACTIVATION_GEMMS
+    )
+
+
+def module_path(node: Node) -> str:
+    """The path of the innermost module that called ``node`` ("<root>" for the model)."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ROOT_MODULE
+    path = list(stack.values())[-1][0]
+    return path or ROOT_MODULE
+
+
+def reads_parameters(node: Node, ep: ExportedProgram) -> bool:
+    """True when ``node`` is computed from a parameter without passing through a GEMM.
+
+    Tells a per-sample weight (``self.weight * style``), which a user would expect to be a
+    weight, from an attention operand (``k.transpose(-1, -2)``), which reaches parameters
+    only through the projection GEMM that produced it.
+    """
+    seen: set[Node] = set()
+    stack = [node]
+    while stack and len(seen) < _MAX_WALK:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        if current.op == "placeholder":
+            if is_param(ep, current) or is_buffer(ep, current) or is_lifted_tensor_constant(
+                ep, current
+            ):
+                return True
+            continue
+        if current is not node and is_gemm(current):
+            continue
+        stack.extend(current.all_input_nodes)
+    return False
+
+
+class _WhyCollector(logging.Handler):
+    """Keeps the first `WhyNoPartition` reason logged for each node name."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.reasons: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        why = record.msg
+        # WhyNoPartition logs itself and is reused: read it now, while it holds this call.
+        if isinstance(why, WhyNoPartition) and isinstance(why.node, Node):
+            self.reasons.setdefault(why.node.name, why.reason)
+
+
+@contextlib.contextmanager
+def collect_why_reasons() -> Iterator[dict[str, str]]:
+    """Collect the stock configs' DEBUG rejection reasons, {node name: reason}.
+
+    While collecting, a logger that was not already enabled for DEBUG stops propagating,
+    so enabling it prints nothing the user did not ask for; everything is restored after.
+    """
+    collector = _WhyCollector()
+    saved: list[tuple[logging.Logger, int, bool]] = []
+    try:
+        for name in STOCK_WHY_LOGGERS:
+            target = logging.getLogger(name)
+            saved.append((target, target.level, target.propagate))
+            if not target.isEnabledFor(logging.DEBUG):
+                target.setLevel(logging.DEBUG)
+                target.propagate = False
+            target.addHandler(collector)
+        yield collector.reasons
+    finally:
+        for target, level, propagate in saved:
+            target.removeHandler(collector)
+            target.setLevel(level)
+            target.propagate = propagate
+
+
+def first_reason(*reasons: Optional[str]) -> Optional[str]:
+    return next((r for r in reasons if r), None)

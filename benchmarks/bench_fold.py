@@ -21,6 +21,11 @@ import torch
 from xnnfold._compare import compare_fixture, format_table
 from xnnfold.fixtures import FIXTURES
 
+# Left out of the default run: lowering it three ways takes minutes (tests/test_patterns.py
+# covers it); pass --fixtures hundred_weight_norm to include it.
+SLOW_TO_LOWER = frozenset({"hundred_weight_norm"})
+DEFAULT_FIXTURES = sorted(set(FIXTURES) - SLOW_TO_LOWER)
+
 # Targets from the project's issue: on this 2-core machine.
 MAX_FOLDED_OVER_HAND = 1.05
 MIN_STOCK_OVER_FOLDED_POS_CONV = 50.0
@@ -30,7 +35,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="interleaved rounds per fixture")
     parser.add_argument("--slow-budget", type=float, default=40.0, help="seconds of timing for a slow variant")
-    parser.add_argument("--fixtures", nargs="*", default=sorted(FIXTURES), choices=sorted(FIXTURES))
+    parser.add_argument("--fixtures", nargs="*", default=DEFAULT_FIXTURES, choices=sorted(FIXTURES))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.md"))
     args = parser.parse_args()
     warnings.filterwarnings("ignore")

@@ -10,26 +10,79 @@ computation with the GEMM and folds it into a constant inside the delegate at pr
     et = to_edge_transform_and_lower(ep, partitioner=[XnnpackFoldingPartitioner()])
 """
 
-from xnnfold._inspect import ProgramSummary, summarize
-from xnnfold._lower import lower, to_executorch
-from xnnfold._runtime import LoadedProgram, run_pte
-from xnnfold.passes import (
-    FoldComputedWeightsPass,
-    install_preprocess_hook,
-    is_preprocess_hook_installed,
-    uninstall_preprocess_hook,
-    XnnpackFoldingPartitioner,
-)
-from xnnfold.rewriter import (
-    find_sites,
-    FoldSite,
-    prepare_for_xnnpack,
-    unprepare_for_xnnpack,
-)
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xnnfold._explain import ExplainReport, explain, GemmRow
+    from xnnfold._inspect import ProgramSummary, summarize
+    from xnnfold._lower import lower, to_executorch
+    from xnnfold._runtime import LoadedProgram, run_pte
+    from xnnfold._unused import remove_unused_constants
+    from xnnfold.passes import (
+        FoldComputedWeightsPass,
+        install_preprocess_hook,
+        is_preprocess_hook_installed,
+        uninstall_preprocess_hook,
+        XnnpackFoldingPartitioner,
+    )
+    from xnnfold.rewriter import (
+        find_sites,
+        FoldSite,
+        is_prepared,
+        prepare_for_xnnpack,
+        unprepare_for_xnnpack,
+    )
+
+# Public name -> defining module. Resolved on first access (PEP 562): these modules import
+# torch and executorch (seconds), which `xnnfold --help` and `xnnfold codemod` never need.
+_LAZY: dict[str, str] = {
+    "ExplainReport": "xnnfold._explain",
+    "GemmRow": "xnnfold._explain",
+    "explain": "xnnfold._explain",
+    "ProgramSummary": "xnnfold._inspect",
+    "summarize": "xnnfold._inspect",
+    "lower": "xnnfold._lower",
+    "to_executorch": "xnnfold._lower",
+    "LoadedProgram": "xnnfold._runtime",
+    "run_pte": "xnnfold._runtime",
+    "remove_unused_constants": "xnnfold._unused",
+    "FoldComputedWeightsPass": "xnnfold.passes",
+    "install_preprocess_hook": "xnnfold.passes",
+    "is_preprocess_hook_installed": "xnnfold.passes",
+    "uninstall_preprocess_hook": "xnnfold.passes",
+    "XnnpackFoldingPartitioner": "xnnfold.passes",
+    "find_sites": "xnnfold.rewriter",
+    "FoldSite": "xnnfold.rewriter",
+    "is_prepared": "xnnfold.rewriter",
+    "prepare_for_xnnpack": "xnnfold.rewriter",
+    "unprepare_for_xnnpack": "xnnfold.rewriter",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    # ``import xnnfold; xnnfold.passes`` worked when everything was imported eagerly.
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ExplainReport",
+    "GemmRow",
+    "explain",
     "FoldComputedWeightsPass",
     "FoldSite",
     "LoadedProgram",
@@ -37,9 +90,11 @@ __all__ = [
     "XnnpackFoldingPartitioner",
     "find_sites",
     "install_preprocess_hook",
+    "is_prepared",
     "is_preprocess_hook_installed",
     "lower",
     "prepare_for_xnnpack",
+    "remove_unused_constants",
     "run_pte",
     "summarize",
     "to_executorch",

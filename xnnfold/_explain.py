@@ -43,7 +43,8 @@ class GemmRow:
             delegate.
         site: the ``prepare_for_xnnpack`` site of a folded or declined computation.
         computed: the weight or bias is computed rather than a stored tensor.
-        reason: why a GEMM is outside a delegate.
+        reason: why a GEMM is outside a delegate, or why a delegated GEMM's computed
+            weight was not folded (XNNPACK then reads it at run time).
     """
 
     method: str
@@ -141,7 +142,7 @@ def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
     site = next((s for s in marks.values() if s), None)
     return GemmRow(
         method, node.name, _gemm_name(node) or "", module_path(node), True, backend,
-        folded, site, _computed(node) or bool(folded), None,
+        folded, site, _computed(node) or bool(folded), node.meta.get(REASON_META_KEY),
     )
 
 

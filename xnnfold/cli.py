@@ -14,9 +14,17 @@ __all__ = ["main"]
 def _demo(args: argparse.Namespace) -> int:
     # Imported here so that `xnnfold --help` answers without loading torch.
     from xnnfold._compare import compare_fixture, format_table
-    from xnnfold.fixtures import FIXTURES
+    from xnnfold.fixtures import DEFAULT_FIXTURE, FIXTURES
 
-    fixture = FIXTURES[args.fixture]
+    name = DEFAULT_FIXTURE if args.fixture is None else args.fixture
+    if name not in FIXTURES:
+        # Checked here, not by argparse choices: listing them imports torch (seconds),
+        # which `xnnfold --help` and `xnnfold codemod` must not pay.
+        args.parser.error(
+            f"argument --fixture: invalid choice: {name!r} "
+            f"(choose from {', '.join(sorted(FIXTURES))})"
+        )
+    fixture = FIXTURES[name]
     start = time.perf_counter()
 
     def progress(message: str) -> None:
@@ -49,9 +57,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="lower the built-in default (wav2vec2's positional conv) stock, with xnnfold "
         "and hand-folded; run each through executorch.runtime; print one table",
     )
-    from xnnfold.fixtures import DEFAULT_FIXTURE, FIXTURES
-
-    demo.add_argument("--fixture", default=DEFAULT_FIXTURE, choices=sorted(FIXTURES))
+    demo.add_argument(
+        "--fixture",
+        default=None,
+        metavar="NAME",
+        help="a built-in fixture (default: the wav2vec2 positional conv, pos_conv; an "
+        "unknown name lists them all)",
+    )
+    demo.set_defaults(parser=demo)
     demo.add_argument("--runs", type=int, default=5, help="timed calls per variant")
     demo.add_argument(
         "--slow-budget",
@@ -60,8 +73,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="seconds of timed calls after which a slow variant (stock) stops being timed",
     )
     demo.set_defaults(func=_demo)
+    from xnnfold.rewriter._codemod_driver import add_codemod_parser
+
+    add_codemod_parser(sub)
+    from xnnfold._export_cli import add_export_parser
+
+    add_export_parser(sub)
     args = parser.parse_args(argv)
-    if args.runs < 1:
+    if args.command == "demo" and args.runs < 1:
         parser.error("--runs must be at least 1")
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -74,6 +74,7 @@ def written_elsewhere(
                 "written by another method of the program",
                 True,
                 result.site,
+                keep_stock=True,
             )
     return None
 
@@ -91,6 +92,9 @@ class FoldingGEMMMixin:
     rejections: Optional[dict[tuple[Node, int], Rejection]] = None
     # Names of GEMMs accepted with intermediates shared with other GEMMs' weights.
     shared_folds: Optional[set[str]] = None
+    # Whether XNNPACK takes this GEMM with an fp32 weight computed at run time (the
+    # fully-connected ops do, as with force_non_static_weights_for_f32_linear).
+    dynamic_weights: bool = False
     # Buffers (by FQN) that some method lowered with this partitioner writes.
     written_buffers: Optional[set[str]] = None
 
@@ -137,6 +141,16 @@ class FoldingGEMMMixin:
             why(node, result.reason)
             if self.rejections is not None:
                 self.rejections[(node, arg_index)] = result
+            if (
+                self.dynamic_weights
+                and result.computed_from_constants
+                and not result.keep_stock
+                and arg_index == self.weight_idx
+            ):
+                # Not folded (that would store a second copy, or more), but XNNPACK's
+                # fully-connected op takes an fp32 weight computed at run time: the GEMM
+                # is delegated and its weight computation stays in the program.
+                return (True, [])
             return (False, [])
         if self.rejections is not None:
             self.rejections.pop((node, arg_index), None)
@@ -196,6 +210,8 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
 class FoldingLinearConfig(FoldingGEMMMixin, LinearConfig):
     """`LinearConfig` that folds computed weights and biases."""
 
+    dynamic_weights = True
+
 
 class _SkipSourcePartitionMixin(FoldingGEMMMixin):
     def get_deps(  # type: ignore[override]
@@ -216,9 +232,13 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
 class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
     """`AddmmConfig` that folds computed weights and biases."""
 
+    dynamic_weights = True
+
 
 class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):
     """`MMConfig` that folds a computed right-hand matrix (`x @ W.t()`)."""
+
+    dynamic_weights = True
 
 
 # Stock config -> its folding replacement (same target_name, so it replaces, never joins).

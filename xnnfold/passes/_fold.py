@@ -17,22 +17,12 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-from executorch.backends.transforms.utils import (
-    create_constant_placeholder,
-    delete_constant_placeholder,
-)
+from executorch.backends.transforms.utils import create_constant_placeholder
 from executorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
 from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
-from torch._export.utils import (
-    get_buffer,
-    get_lifted_tensor_constant,
-    get_param,
-    is_buffer,
-    is_param,
-)
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
+from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
 from xnnfold.passes._constants import (
@@ -56,24 +46,68 @@ def has_fold_marks(ep: ExportedProgram) -> bool:
     return any(FOLD_META_KEY in node.meta for node in ep.graph.nodes)
 
 
-def _source_tensor(ep: ExportedProgram, node: Node) -> torch.Tensor:
-    if is_param(ep, node):
-        tensor = get_param(ep, node)
-    elif is_buffer(ep, node):
-        tensor = get_buffer(ep, node)
-    else:
-        tensor = get_lifted_tensor_constant(ep, node)
-    if tensor is None:
+# torch's is_param/get_param and executorch's delete_constant_placeholder rebuild the
+# signature's name -> FQN dicts on every call, which made a delegate of a few hundred folds
+# quadratic in its inputs. The pass reads one snapshot of them and rewrites the signature
+# once.
+
+
+def _constant_fqns(ep: ExportedProgram) -> dict[str, str]:
+    """Placeholder name -> state_dict / constants key of every constant input."""
+    signature = ep.graph_signature
+    return {
+        **signature.inputs_to_parameters,
+        **signature.inputs_to_buffers,
+        **signature.inputs_to_lifted_tensor_constants,
+    }
+
+
+def _source_tensor(ep: ExportedProgram, fqns: dict[str, str], node: Node) -> torch.Tensor:
+    fqn = fqns.get(node.name)
+    tensor = None
+    if fqn is not None:
+        tensor = ep.state_dict.get(fqn)
+        if tensor is None:
+            tensor = ep.constants.get(fqn)
+    if not isinstance(tensor, torch.Tensor):
         raise RuntimeError(
             f"xnnfold: no data for constant '{node.name}' in the delegate's program"
         )
     return tensor
 
 
-def _evaluate(ep: ExportedProgram, computation: WeightComputation) -> torch.Tensor:
+def _delete_sources(ep: ExportedProgram, sources: list[Node]) -> None:
+    """Erase unused constant placeholders, their data and their signature entries."""
+    if not sources:
+        return
+    names = {node.name for node in sources}
+    signature = ep.graph_signature
+    kept = []
+    for spec in signature.input_specs:
+        if getattr(spec.arg, "name", None) not in names:
+            kept.append(spec)
+        elif spec.kind == InputKind.PARAMETER or (
+            spec.kind == InputKind.BUFFER and spec.persistent
+        ):
+            del ep.state_dict[spec.target]
+        elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
+            del ep.constants[spec.target]
+        else:
+            raise RuntimeError(
+                f"xnnfold: cannot delete input '{spec.arg.name}' of the delegate: it is "
+                f"a {spec.kind.name}, not a parameter, buffer or constant"
+            )
+    for node in sources:
+        ep.graph.erase_node(node)
+    ep._graph_signature = ExportGraphSignature(kept, signature.output_specs)
+
+
+def _evaluate(
+    ep: ExportedProgram, computation: WeightComputation, fqns: dict[str, str]
+) -> torch.Tensor:
     """Run the computation eagerly, node by node, with the graph's own ops."""
     env: dict[Node, object] = {
-        source: _source_tensor(ep, source) for source in computation.sources
+        source: _source_tensor(ep, fqns, source) for source in computation.sources
     }
 
     def load(arg: object) -> object:
@@ -115,13 +149,16 @@ def _reshaped_in_place(computation: WeightComputation) -> bool:
     )
 
 
-def _unique_name(ep: ExportedProgram, base: str) -> str:
-    taken = {node.name for node in ep.graph.nodes} | set(ep.state_dict) | set(
-        ep.constants
-    )
+def _taken_names(ep: ExportedProgram) -> set[str]:
+    return {node.name for node in ep.graph.nodes} | set(ep.state_dict) | set(ep.constants)
+
+
+def _unique_name(taken: set[str], base: str) -> str:
+    """A name not in ``taken``, which it then joins."""
     name, i = base, 1
     while name in taken:
         name, i = f"{base}_{i}", i + 1
+    taken.add(name)
     return name
 
 
@@ -166,16 +203,22 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     found.append(result)
         return found
 
-    def _fold_one(self, computation: WeightComputation, before: Node) -> Node:
+    def _fold_one(
+        self,
+        computation: WeightComputation,
+        before: Node,
+        fqns: dict[str, str],
+        taken: set[str],
+    ) -> Node:
         """A new constant placeholder holding the computation's value."""
         ep = self.exported_program
-        value = _evaluate(ep, computation)
+        value = _evaluate(ep, computation, fqns)
         base = (computation.site or computation.root.name).replace(".", "_")
         with ep.graph.inserting_before(before):
             folded = create_constant_placeholder(
                 ep,
                 ep.graph,
-                _unique_name(ep, f"xnnfold_{base}"),
+                _unique_name(taken, f"xnnfold_{base}"),
                 InputKind.PARAMETER,
                 value,
             )
@@ -205,10 +248,13 @@ class FoldComputedWeightsPass(XNNPACKPass):
         ]
         folded_by_key: dict[object, Node] = {}
         removed: set[Node] = set()
+        fqns, taken = _constant_fqns(ep), _taken_names(ep)
+        dead_sources: list[Node] = []
         for computation, key in zip(computations, keys):
             folded = folded_by_key.get(key)
             if folded is None:
-                folded = self._fold_one(computation, first_input)
+                folded = self._fold_one(computation, first_input, fqns, taken)
+                taken.add(folded.name)
                 folded_by_key[key] = first_input = folded
             computation.root.replace_all_uses_with(folded)
             # Computations may share nodes (a split feeding several GEMMs, one weight
@@ -219,7 +265,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     removed.add(node)
             for source in computation.sources:
                 if source not in removed and not source.users:
-                    delete_constant_placeholder(ep, source)
+                    dead_sources.append(source)
                     removed.add(source)
             # A new dict, not an in-place pop: fx copies meta shallowly, so the dict may
             # be shared with the top-level program's node.
@@ -233,6 +279,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
             else:
                 computation.gemm.meta.pop(FOLD_META_KEY, None)
 
+        _delete_sources(ep, dead_sources)
         graph.lint()
         graph_module.recompile()
         return PassResult(graph_module, True)

@@ -471,9 +471,18 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         for (gemm, _), rejection in self.rejections.items():
             declined.setdefault(gemm, rejection)
         for node in ep.graph.nodes:
-            if not is_gemm(node) or "delegation_tag" in node.meta:
+            if not is_gemm(node):
                 continue
             rejection = declined.get(node)
+            if "delegation_tag" in node.meta:
+                if rejection is not None:
+                    # Delegated with a weight XNNPACK reads at run time (fully-connected
+                    # ops take one): correct and fast, but not folded; say why.
+                    node.meta[REASON_META_KEY] = (
+                        f"its {rejection.role} is computed at run time, not folded: "
+                        f"{rejection.reason}"
+                    )
+                continue
             reason = (
                 f"its {rejection.role} is not folded: {rejection.reason}"
                 if rejection is not None

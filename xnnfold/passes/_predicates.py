@@ -16,7 +16,6 @@ from typing import Optional, Union
 import torch
 from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
-from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
@@ -88,6 +87,9 @@ class Rejection:
     reason: str
     computed_from_constants: bool
     site: Optional[str]
+    # True when the GEMM must stay exactly as the stock partitioner leaves it (its
+    # sources live in an external .ptd): no run-time-weight delegation either.
+    keep_stock: bool = False
 
 
 def op_overload(target: object) -> Optional[torch._ops.OpOverload]:
@@ -144,13 +146,35 @@ _CONSTANT_MAPS: "weakref.WeakKeyDictionary[Graph, _ConstantMap]" = (
 )
 
 
-def _source_problem(ep: ExportedProgram, node: Node) -> Optional[str]:
-    if is_param(ep, node) or is_lifted_tensor_constant(ep, node):
+@dataclass(frozen=True)
+class _SignatureIndex:
+    """The signature's input lookups, built once per sweep.
+
+    ``is_param(ep, node)`` and friends rebuild ``inputs_to_parameters`` (a dict over every
+    input) on each call, which made one sweep quadratic in the number of inputs: most of
+    the lowering time of a 200-layer weight_norm chain went there.
+    """
+
+    constants: frozenset[str]
+    buffers: dict[str, str]
+    mutated: frozenset[str]
+
+    @classmethod
+    def of(cls, ep: ExportedProgram) -> "_SignatureIndex":
+        signature = ep.graph_signature
+        return cls(
+            frozenset(signature.inputs_to_parameters)
+            | frozenset(signature.inputs_to_lifted_tensor_constants),
+            dict(signature.inputs_to_buffers),
+            frozenset(signature.buffers_to_mutate.values()),
+        )
+
+
+def _source_problem(index: _SignatureIndex, node: Node) -> Optional[str]:
+    if node.name in index.constants:
         return None
-    if is_buffer(ep, node):
-        mutated = ep.graph_signature.buffers_to_mutate.values()
-        target = ep.graph_signature.inputs_to_buffers.get(node.name)
-        if node.name in mutated or target in mutated:
+    if node.name in index.buffers:
+        if node.name in index.mutated or index.buffers[node.name] in index.mutated:
             return f"buffer '{node.name}' is written by the program"
         return None
     return f"'{node.name}' is a runtime input"
@@ -254,9 +278,10 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
         return cached
     constant: dict[str, bool] = {}
     culprit: dict[str, str] = {}
+    index = _SignatureIndex.of(ep)
     for node in graph.nodes:
         if node.op == "placeholder":
-            problem = _source_problem(ep, node)
+            problem = _source_problem(index, node)
         elif node.op == "call_function":
             problem = _op_problem(node)
             if problem is None:
@@ -359,7 +384,12 @@ def _shared_component(
             # Shared with a computation that stays in the program (it also feeds something
             # other than GEMM weights): folding the rest would store its sources twice.
             return f"'{node.name}', which it shares with another weight computation"
-        as_weight = any(_used_as_gemm_weight(node, u) for u in node.users)
+        # A GEMM whose own result is only ever a weight (the `A @ B` of a low-rank
+        # weight) is part of the computation, not a reader of a stored weight.
+        as_weight = any(
+            _used_as_gemm_weight(node, u) and not cmap.weight_only.get(u.name, False)
+            for u in node.users
+        )
         if node.op == "placeholder":
             (kept if as_weight else freed).append(node)
         elif as_weight:
@@ -425,6 +455,21 @@ def find_weight_computation(
             True,
             site,
         )
+    # The constant map is cached per graph and node count, so a rewrite that keeps the
+    # count (an argument or a target replaced in place) would leave it stale. The nodes
+    # walked are re-checked here, so a stale map can only decline a fold, never fold
+    # something computed at run time.
+    for node in closure:
+        if node.op == "placeholder":
+            problem = None if cmap.constant.get(node.name, False) else (
+                f"'{node.name}' is not a constant"
+            )
+        elif node.op == "call_function":
+            problem = _op_problem(node)
+        else:
+            problem = f"'{node.name}' is a {node.op} node"
+        if problem is not None:
+            return reject(f"the {role} is computed at run time: {problem}", False, site)
     nodes = tuple(n for n in closure if n.op == "call_function")
     sources = tuple(n for n in closure if n.op == "placeholder")
     members = set(closure)
@@ -437,11 +482,15 @@ def find_weight_computation(
     for source in sources:
         tag = external_tag(source)
         if tag is not None:
-            return reject(
+            return Rejection(
+                gemm,
+                arg_index,
+                role,
                 f"source '{source.name}' of the {role} computation is stored in the "
                 f"external data file '{tag}'",
                 True,
                 site,
+                keep_stock=True,
             )
 
     # Folding replaces the whole computation by one constant; anything else that reads a

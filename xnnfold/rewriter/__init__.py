@@ -1,10 +1,62 @@
-"""Before export: find and mark the tensors a model computes from its parameters."""
+"""Before export: find and mark the tensors a model computes from its parameters.
 
-from xnnfold.rewriter._prepare import (
-    FoldSite,
-    find_sites,
-    prepare_for_xnnpack,
-    unprepare_for_xnnpack,
-)
+Also the codemod's per-file rules (`transform_source`), which find such tensors in source
+code and migrate legacy weight_norm to parametrizations.
+"""
 
-__all__ = ["FoldSite", "find_sites", "prepare_for_xnnpack", "unprepare_for_xnnpack"]
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding
+    from xnnfold.rewriter._codemod_rules import transform_source
+    from xnnfold.rewriter._prepare import (
+        FoldSite,
+        find_sites,
+        is_prepared,
+        prepare_for_xnnpack,
+        unprepare_for_xnnpack,
+    )
+
+# Public name -> defining module, resolved on first access (PEP 562): _prepare imports
+# torch, which the codemod (libcst only) never needs.
+_LAZY: dict[str, str] = {
+    "CodemodOptions": "xnnfold.rewriter._codemod_api",
+    "FileOutcome": "xnnfold.rewriter._codemod_api",
+    "Finding": "xnnfold.rewriter._codemod_api",
+    "transform_source": "xnnfold.rewriter._codemod_rules",
+    "FoldSite": "xnnfold.rewriter._prepare",
+    "find_sites": "xnnfold.rewriter._prepare",
+    "is_prepared": "xnnfold.rewriter._prepare",
+    "prepare_for_xnnpack": "xnnfold.rewriter._prepare",
+    "unprepare_for_xnnpack": "xnnfold.rewriter._prepare",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
+    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
+
+__all__ = [
+    "CodemodOptions",
+    "FileOutcome",
+    "Finding",
+    "FoldSite",
+    "find_sites",
+    "is_prepared",
+    "prepare_for_xnnpack",
+    "transform_source",
+    "unprepare_for_xnnpack",
+]

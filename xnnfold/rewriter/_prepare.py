@@ -30,7 +30,13 @@ from torch.nn.utils.weight_norm import WeightNorm as _LegacyWeightNorm
 
 from xnnfold.passes._constants import SITE_META_KEY
 
-__all__ = ["FoldSite", "find_sites", "prepare_for_xnnpack", "unprepare_for_xnnpack"]
+__all__ = [
+    "FoldSite",
+    "find_sites",
+    "is_prepared",
+    "prepare_for_xnnpack",
+    "unprepare_for_xnnpack",
+]
 
 # Attribute on a ParametrizationList or legacy hook object holding its site name.
 _SITE_ATTR: Final = "_xnnfold_site"
@@ -255,6 +261,19 @@ def prepare_for_xnnpack(model: nn.Module) -> nn.Module:
                 raise _training_error(site.name)
             _mark_parametrization(plist, site.name)
     return model
+
+
+def is_prepared(model: nn.Module) -> bool:
+    """True when `prepare_for_xnnpack` has marked some computed tensor of ``model``."""
+    for module in model.modules():
+        if parametrize.is_parametrized(module) and any(
+            getattr(plist, _HANDLES_ATTR, None) is not None
+            for plist in module.parametrizations.values()
+        ):
+            return True
+        if any(type(hook) in _UNMARKED_LEGACY for hook in _legacy_hooks(module)):
+            return True
+    return False
 
 
 def unprepare_for_xnnpack(model: nn.Module) -> nn.Module:

@@ -1,0 +1,855 @@
+"""Run the codemod's per-file rules over trees: walk, read, rewrite atomically, report.
+
+The rules (`_codemod_rules.transform_source`) see one file's bytes at a time. A real tree
+needs more than that: finding the Python files and leaving virtualenvs, build output and
+version-control metadata alone; never editing one file twice through a symlink; leaving a
+file that does not parse byte-for-byte untouched while saying why; replacing a file so
+that an interrupted run can never leave it half-written; showing a faithful diff (CRLF and
+the file's own encoding included); a ``--check`` gate for CI; a linter-style or JSON report;
+and parallel workers whose output does not depend on their number. This module is that
+driver; `run_codemod` is its API and `add_codemod_parser` / `main` its command line.
+
+Walking (documented in ``xnnfold codemod --help``):
+- a PATH that is a file is processed whatever its suffix (``.ipynb`` notebooks excepted);
+  a directory is walked for ``*.py`` files in sorted order;
+- inside a walk, hidden entries (name starting with ``.``), the directory names in
+  `PRUNED_DIR_NAMES`, ``*.egg-info`` and any directory holding a ``pyvenv.cfg``
+  (a virtualenv, whatever its name) are pruned; a PATH given explicitly is never pruned;
+- symlinks met inside a walk are never followed, and are listed as skipped with the
+  reason (target scanned under its own path, outside the scanned paths, a directory,
+  dangling). Following them would either edit a file twice or edit files outside the
+  tree, and replacing a file through ``os.replace`` would turn the link into a regular
+  file. A PATH given explicitly as a symlink is followed (the user named it), and its
+  target is rewritten in place, the link left intact;
+- two paths reaching the same file (explicit symlink, hard link, overlapping PATHs) are
+  processed once, under a path that is not a symlink if there is one, else the first in
+  sorted order; the others are skipped. (A rewrite replaces the file, so other hard links
+  keep the old content.)
+
+Speed: a file whose bytes hold none of the names the rules match (`TRIGGER_WORDS`,
+`TRIGGER_IDENTIFIERS`, or the rules' own lists if they publish them) and that Python
+compiles is counted as unchanged without being parsed by libcst; anything else, including
+every file Python cannot compile, goes to the rules. ``-j N`` spreads files over N
+processes in chunks; results are sorted by path, so output does not depend on N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures
+import dataclasses
+import difflib
+import functools
+import io
+import json
+import os
+import re
+import stat
+import sys
+import tempfile
+import time
+import tokenize
+import warnings
+from typing import Callable, Final, Iterable, Literal, Optional, Sequence, TextIO, Union
+
+from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding, UnparseableSource
+
+__all__ = [
+    "CodemodSummary",
+    "FileReport",
+    "MODES",
+    "PRUNED_DIR_NAMES",
+    "SkippedPath",
+    "TRIGGER_IDENTIFIERS",
+    "TRIGGER_WORDS",
+    "add_codemod_parser",
+    "format_summary",
+    "main",
+    "run_codemod",
+    "trigger_pattern",
+]
+
+Mode = Literal["write", "diff", "check", "report"]
+Format = Literal["text", "json"]
+Transform = Callable[..., FileOutcome]
+
+MODES: Final[tuple[str, ...]] = ("write", "diff", "check", "report")
+FORMATS: Final[tuple[str, ...]] = ("text", "json")
+
+# Directory names pruned inside a walk (hidden ones, starting with ".", are pruned too):
+# caches, build output, vendored environments. Virtualenvs of any name are recognised by
+# their pyvenv.cfg instead of being listed here.
+PRUNED_DIR_NAMES: Final[frozenset[str]] = frozenset(
+    {
+        "__pycache__",
+        "__pypackages__",
+        "_build",
+        "build",
+        "buck-out",
+        "dist",
+        "node_modules",
+        "site-packages",
+        "venv",
+    }
+)
+_VENV_MARKER: Final = "pyvenv.cfg"
+_NOTEBOOK_SUFFIX: Final = ".ipynb"
+_PY_SUFFIX: Final = ".py"
+_TMP_SUFFIX: Final = ".xnnfold-tmp"
+
+# The pre-filter. Parsing with scope and qualified-name metadata is what a run costs
+# (~0.1-0.4 s a file here), and most files of a real tree hold nothing the rules look at.
+# Every rule matches either a qualified name or a legacy key, and the last component of a
+# qualified name is always spelled in the file (``import x as y`` spells ``x``); so a file
+# whose bytes contain none of these can produce no finding and is not given to the rules.
+# Substrings: names and keys long enough not to occur by chance.
+TRIGGER_WORDS: Final[tuple[bytes, ...]] = (
+    b"weight_norm",
+    b"spectral_norm",
+    b"parametriz",
+    b"orthogonal",
+    b"export",
+    b"to_edge_transform_and_lower",
+    b"XnnpackPartitioner",
+    b"weight_g",
+    b"weight_v",
+    b"weight_orig",
+    b"weight_u",
+    b"state_dict",
+)
+# Whole identifiers: the GEMMs whose weight argument the rules examine in forward. As
+# substrings "mm" and "conv" would match nearly every file ("summary", self.conv1).
+TRIGGER_IDENTIFIERS: Final[tuple[bytes, ...]] = (
+    b"conv1d",
+    b"conv2d",
+    b"conv3d",
+    b"conv_transpose1d",
+    b"conv_transpose2d",
+    b"conv_transpose3d",
+    b"linear",
+    b"matmul",
+    b"mm",
+    b"addmm",
+)
+
+
+def trigger_pattern(
+    words: Iterable[Union[str, bytes]] = TRIGGER_WORDS,
+    identifiers: Iterable[Union[str, bytes]] = TRIGGER_IDENTIFIERS,
+) -> re.Pattern[bytes]:
+    """One regex that finds any of ``words`` (substrings) or ``identifiers`` (whole)."""
+
+    def alternatives(items: Iterable[Union[str, bytes]]) -> bytes:
+        encoded = sorted({i.encode() if isinstance(i, str) else i for i in items}, key=len, reverse=True)
+        return b"|".join(re.escape(i) for i in encoded) or b"(?!)"
+
+    return re.compile(
+        b"(?:" + alternatives(words) + b")"
+        + b"|(?<![A-Za-z0-9_])(?:" + alternatives(identifiers) + b")(?![A-Za-z0-9_])"
+    )
+
+
+# Show a progress bar on a TTY only for trees at least this large (--progress forces it).
+_PROGRESS_MIN_FILES: Final = 200
+_PROGRESS_INTERVAL_S: Final = 0.1
+
+STATUS_UNCHANGED: Final = "unchanged"
+STATUS_REWRITTEN: Final = "rewritten"
+STATUS_WOULD_REWRITE: Final = "would_rewrite"
+STATUS_UNPARSEABLE: Final = "unparseable"
+STATUS_ERROR: Final = "error"
+
+_DEFAULT_OPTIONS: Final = CodemodOptions()  # frozen, so one shared default is safe
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class FileReport:
+    """What happened to one scanned file.
+
+    ``status`` is ``unchanged``, ``rewritten`` (bytes written), ``would_rewrite`` (a rewrite
+    is pending: --diff, --check, --report), ``unparseable`` (left untouched, see ``reason``)
+    or ``error`` (could not be read or written, or the rules failed; left untouched).
+    ``diff`` is the unified diff in --diff mode.
+    """
+
+    path: str
+    status: str
+    findings: tuple[Finding, ...] = ()
+    reason: Optional[str] = None
+    diff: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedPath:
+    """A path the walk did not process (notebook, symlink, same file twice), and why."""
+
+    path: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class CodemodSummary:
+    """The outcome of one run, files and skips sorted by path whatever the worker count."""
+
+    mode: str
+    files: tuple[FileReport, ...]
+    skipped: tuple[SkippedPath, ...]
+    pruned_dirs: tuple[str, ...]
+    prefiltered: int
+    elapsed_s: float
+
+    @property
+    def unchanged(self) -> int:
+        return sum(1 for f in self.files if f.status == STATUS_UNCHANGED)
+
+    @property
+    def scanned(self) -> int:
+        return len(self.files)
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        """Paths rewritten (write mode) or with a rewrite pending (other modes)."""
+        return tuple(
+            f.path for f in self.files if f.status in (STATUS_REWRITTEN, STATUS_WOULD_REWRITE)
+        )
+
+    @property
+    def failed(self) -> tuple[FileReport, ...]:
+        """Files left untouched because they could not be parsed, read, written or ruled on."""
+        return tuple(f for f in self.files if f.status in (STATUS_UNPARSEABLE, STATUS_ERROR))
+
+    @property
+    def findings(self) -> tuple[tuple[str, Finding], ...]:
+        return tuple((f.path, finding) for f in self.files for finding in f.findings)
+
+    @property
+    def exit_code(self) -> int:
+        """1 if a file could not be processed, or in --check if a rewrite is pending; else 0."""
+        if self.failed:
+            return EXIT_FAILED
+        if self.mode == "check" and self.changed:
+            return EXIT_FAILED
+        return EXIT_OK
+
+    def to_json(self) -> dict[str, object]:
+        changed_key = "rewritten" if self.mode == "write" else "would_rewrite"
+        result: dict[str, object] = {
+            "mode": self.mode,
+            "findings": [
+                {
+                    "path": path,
+                    "line": f.line,
+                    "col": f.col,
+                    "code": f.code,
+                    "message": f.message,
+                    "rewritten": f.rewritten,
+                }
+                for path, f in self.findings
+            ],
+            changed_key: list(self.changed),
+            "failed": [{"path": f.path, "status": f.status, "reason": f.reason} for f in self.failed],
+            "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
+            "pruned_dirs": list(self.pruned_dirs),
+            "summary": {
+                "scanned": self.scanned,
+                changed_key: len(self.changed),
+                "unchanged": self.unchanged,
+                "failed": len(self.failed),
+                "skipped": len(self.skipped),
+                "findings": len(self.findings),
+                "prefiltered": self.prefiltered,
+                "exit_code": self.exit_code,
+                "elapsed_s": round(self.elapsed_s, 3),
+            },
+        }
+        if self.mode == "diff":
+            result["diffs"] = {f.path: f.diff for f in self.files if f.diff}
+        return result
+
+
+@dataclasses.dataclass(frozen=True)
+class _Target:
+    """A file to process: the path shown to the user and the path written to."""
+
+    path: str
+    write_path: str
+
+
+class _UsageError(Exception):
+    pass
+
+
+# -- walking -------------------------------------------------------------------------------
+
+
+def _identity(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_dev, st.st_ino)
+
+
+def _is_pruned_dir(entry: os.DirEntry[str]) -> bool:
+    name = entry.name
+    if name.startswith(".") or name in PRUNED_DIR_NAMES or name.endswith(".egg-info"):
+        return True
+    return os.path.exists(os.path.join(entry.path, _VENV_MARKER))
+
+
+def _collect(
+    paths: Sequence[str],
+) -> tuple[list[_Target], list[SkippedPath], list[str]]:
+    """Expand PATH arguments into files to process, skipped paths and pruned directories."""
+    files: dict[str, _Target] = {}  # display path -> target
+    notebooks: list[str] = []
+    links: list[str] = []  # symlinks met inside walks, classified once all files are known
+    pruned: list[str] = []
+    roots: list[str] = []
+
+    def walk(directory: str) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as error:
+            pruned.append(f"{directory} (cannot list: {error.strerror})")
+            return
+        for entry in entries:
+            if entry.is_symlink():
+                if not entry.name.startswith("."):
+                    links.append(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                if _is_pruned_dir(entry):
+                    pruned.append(entry.path)
+                else:
+                    walk(entry.path)
+            elif entry.name.startswith("."):
+                continue
+            elif entry.name.endswith(_PY_SUFFIX):
+                files.setdefault(entry.path, _Target(entry.path, entry.path))
+            elif entry.name.endswith(_NOTEBOOK_SUFFIX):
+                notebooks.append(entry.path)
+
+    for path in paths:
+        if not os.path.exists(path):
+            raise _UsageError(f"{path}: no such file or directory")
+        if os.path.isdir(path):
+            roots.append(os.path.realpath(path))
+            walk(path)
+        elif path.endswith(_NOTEBOOK_SUFFIX):
+            notebooks.append(path)
+        else:
+            # An explicit symlink is followed; the replace must hit the target, not the link.
+            write_path = os.path.realpath(path) if os.path.islink(path) else path
+            files.setdefault(path, _Target(path, write_path))
+
+    skipped = [
+        SkippedPath(p, "notebook: .ipynb files are not rewritten (convert to .py first)")
+        for p in dict.fromkeys(notebooks)
+    ]
+    # One file reached by two paths is processed once, under its own path rather than a
+    # symlink's, else under the first path in sorted order.
+    targets: list[_Target] = []
+    seen: dict[tuple[int, int], str] = {}
+    for display in sorted(files, key=lambda p: (files[p].write_path != p, p)):
+        target = files[display]
+        try:
+            ident = _identity(os.stat(target.write_path))
+        except OSError as error:
+            skipped.append(SkippedPath(display, f"cannot stat: {error.strerror}"))
+            continue
+        if ident in seen:
+            skipped.append(SkippedPath(display, f"same file as {seen[ident]}, processed once"))
+            continue
+        seen[ident] = display
+        targets.append(target)
+
+    for link in dict.fromkeys(links):
+        reason = _symlink_reason(link, seen, roots)
+        if reason is not None:
+            skipped.append(SkippedPath(link, reason))
+    skipped.sort(key=lambda s: s.path)
+    return targets, skipped, sorted(pruned)
+
+
+def _symlink_reason(
+    link: str, seen: dict[tuple[int, int], str], roots: Sequence[str]
+) -> Optional[str]:
+    """Why a symlink met in a walk is skipped, or None if it is no Python file or directory."""
+    target = os.readlink(link)
+    try:
+        st = os.stat(link)
+    except OSError:
+        return f"dangling symlink to {target}" if link.endswith(_PY_SUFFIX) else None
+    if stat.S_ISDIR(st.st_mode):
+        real = os.path.realpath(link)
+        inside = any(real == root or real.startswith(root + os.sep) for root in roots)
+        where = "scanned under its own path" if inside else "outside the scanned paths"
+        return f"symlink to directory {target} ({where}); symlinks are not followed"
+    if not (link.endswith(_PY_SUFFIX) or link.endswith(_NOTEBOOK_SUFFIX)):
+        return None
+    ident = _identity(st)
+    if ident in seen:
+        return f"symlink to {target}, scanned as {seen[ident]}; symlinks are not followed"
+    return (
+        f"symlink to {target} (outside the scanned paths); symlinks are not followed, "
+        "pass the target itself to rewrite it"
+    )
+
+
+# -- one file ------------------------------------------------------------------------------
+
+
+def _display_encoding(code: bytes) -> str:
+    try:
+        return tokenize.detect_encoding(io.BytesIO(code).readline)[0]
+    except SyntaxError:
+        return "utf-8"
+
+
+def _unified_diff(path: str, old: bytes, new: bytes) -> str:
+    """A unified diff decoded with the file's own encoding; line endings kept as they are."""
+    encoding = _display_encoding(old)
+    old_lines = old.decode(encoding, errors="replace").splitlines(keepends=True)
+    new_lines = new.decode(encoding, errors="replace").splitlines(keepends=True)
+    out = []
+    for line in difflib.unified_diff(old_lines, new_lines, fromfile=path, tofile=path):
+        out.append(line)
+        # Mark a last line without newline the way diff(1) does, so patch(1) applies it.
+        if not line.endswith(("\n", "\r")):
+            out.append("\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _write_atomic(path: str, data: bytes, expected: os.stat_result) -> None:
+    """Replace ``path`` by ``data`` through a temp file in its directory, keeping its mode.
+
+    Refuses (OSError) if the file changed on disk since it was read.
+    """
+    directory = os.path.dirname(path) or "."
+    fd, tmp = tempfile.mkstemp(
+        prefix="." + os.path.basename(path) + ".", suffix=_TMP_SUFFIX, dir=directory
+    )
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, stat.S_IMODE(expected.st_mode))
+        now = os.stat(path)
+        if (now.st_mtime_ns, now.st_size) != (expected.st_mtime_ns, expected.st_size):
+            raise OSError(f"{path} changed on disk during the run; not rewritten")
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _compiles(code: bytes) -> bool:
+    """Whether the running Python parses ``code`` (cheap: ~1 ms for a 100-line module)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # invalid escapes and the like are no concern here
+            compile(code, "<codemod>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (SyntaxError, ValueError, UnicodeDecodeError, LookupError):
+        return False
+    return True
+
+
+def _process(
+    target: _Target,
+    *,
+    transform: Transform,
+    options: CodemodOptions,
+    mode: str,
+    prefilter: Optional[re.Pattern[bytes]],
+    need_code: bool = True,
+) -> tuple[FileReport, bool]:
+    """Process one file; returns its report and whether the pre-filter skipped parsing it.
+
+    ``need_code=False``: ``transform`` takes ``rewrite=False`` and may answer with
+    ``pending`` instead of the new bytes (the real rules, in report and check modes).
+    """
+    path = target.path
+    try:
+        before = os.stat(target.write_path)
+        with open(target.write_path, "rb") as handle:
+            code = handle.read()
+    except OSError as error:
+        return FileReport(path, STATUS_ERROR, reason=f"cannot read: {error.strerror or error}"), False
+    if prefilter is not None and prefilter.search(code) is None and _compiles(code):
+        # Nothing to rewrite and it parses: the rules would find nothing. A file that
+        # Python 3.11 cannot compile still goes to the rules, which decide whether it is
+        # unparseable or merely newer syntax.
+        return FileReport(path, STATUS_UNCHANGED), True
+    try:
+        if need_code:
+            outcome = transform(code, options=options)
+        else:
+            outcome = transform(code, options=options, rewrite=False)
+    except UnparseableSource as error:
+        return FileReport(path, STATUS_UNPARSEABLE, reason=error.reason), False
+    except (UnicodeDecodeError, SyntaxError) as error:
+        return FileReport(path, STATUS_UNPARSEABLE, reason=f"{type(error).__name__}: {error}"), False
+    except Exception as error:  # noqa: BLE001 - one rule bug must not abort a whole tree
+        reason = f"internal error in the codemod rules: {type(error).__name__}: {error}"
+        return FileReport(path, STATUS_ERROR, reason=reason), False
+    findings = tuple(sorted(outcome.findings, key=lambda f: (f.line, f.col, f.code, f.message)))
+    new = outcome.new_code
+    if new is None and not need_code and outcome.pending:
+        return FileReport(path, STATUS_WOULD_REWRITE, findings), False
+    if new is None or new == code:
+        return FileReport(path, STATUS_UNCHANGED, findings), False
+    if mode == "write":
+        try:
+            _write_atomic(target.write_path, new, before)
+        except OSError as error:
+            reason = f"cannot write: {error.strerror or error}"
+            return FileReport(path, STATUS_ERROR, findings, reason=reason), False
+        return FileReport(path, STATUS_REWRITTEN, findings), False
+    diff = _unified_diff(path, code, new) if mode == "diff" else None
+    return FileReport(path, STATUS_WOULD_REWRITE, findings, diff=diff), False
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+class _Progress:
+    """A one-line progress bar on a stream, redrawn at most every 0.1 s."""
+
+    def __init__(self, stream: TextIO, total: int) -> None:
+        self._stream = stream
+        self._total = total
+        self._done = 0
+        self._last = 0.0
+
+    def advance(self) -> None:
+        self._done += 1
+        now = time.monotonic()
+        if now - self._last >= _PROGRESS_INTERVAL_S or self._done == self._total:
+            self._last = now
+            width = 30
+            filled = width * self._done // max(self._total, 1)
+            self._stream.write(
+                f"\r[{'#' * filled}{'.' * (width - filled)}] {self._done}/{self._total} files"
+            )
+            self._stream.flush()
+
+    def close(self) -> None:
+        self._stream.write("\n")
+        self._stream.flush()
+
+
+def _real_transform() -> tuple[Transform, re.Pattern[bytes]]:
+    # Imported lazily: the rules pull in libcst, which the CLI's --help does not need.
+    from xnnfold.rewriter import _codemod_rules
+
+    # The rules know best what they look for; the driver's lists are the fallback.
+    pattern = trigger_pattern(
+        getattr(_codemod_rules, "TRIGGER_WORDS", TRIGGER_WORDS),
+        getattr(_codemod_rules, "TRIGGER_IDENTIFIERS", TRIGGER_IDENTIFIERS),
+    )
+    return _codemod_rules.transform_source, pattern
+
+
+def run_codemod(
+    paths: Sequence[str],
+    *,
+    options: CodemodOptions = _DEFAULT_OPTIONS,
+    mode: str = "write",
+    jobs: int = 1,
+    progress: Optional[bool] = None,
+    progress_stream: Optional[TextIO] = None,
+    transform: Optional[Transform] = None,
+    prefilter: Union[bool, None, re.Pattern[bytes]] = None,
+) -> CodemodSummary:
+    """Run the codemod rules over files and directories.
+
+    Args:
+        paths: files and directories (walked for ``*.py``; see the module docstring).
+        options: what the rules may rewrite.
+        mode: ``write`` (rewrite in place), ``diff`` (diffs, nothing written), ``check``
+            (nothing written; exit code 1 if a rewrite is pending) or ``report`` (findings
+            only, nothing written).
+        jobs: worker processes (0 = one per CPU). Results do not depend on it.
+        progress: draw a progress bar on ``progress_stream``: True always, False never,
+            None when the stream is a TTY and there are at least 200 files.
+        progress_stream: where the bar goes (default ``sys.stderr``).
+        transform: the per-file rule, ``transform(code, *, options) -> FileOutcome``;
+            default the real rules (``_codemod_rules.transform_source``). Must be picklable
+            (a module-level function) when ``jobs != 1``.
+        prefilter: files whose bytes this pattern does not match, and which Python
+            compiles, are counted as unchanged without being given to the rules. None
+            (default): on with the real rules (`trigger_pattern` of the rules' own
+            ``TRIGGER_WORDS`` / ``TRIGGER_IDENTIFIERS`` if they publish them, else of this
+            module's), off with an injected ``transform``; True / False: on / off; or a
+            pattern.
+
+    Returns:
+        A `CodemodSummary`, files sorted by path.
+
+    Raises:
+        ValueError: an unknown mode, a negative ``jobs`` or a PATH that does not exist.
+
+    Example::
+
+        summary = run_codemod(["src/"], mode="check")
+        sys.exit(summary.exit_code)
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if jobs < 0:
+        raise ValueError(f"jobs must be 0 (one per CPU) or positive; got {jobs}")
+    start = time.perf_counter()
+    # Report and check modes need only the findings and whether a rewrite is pending; the
+    # real rules then skip building the new bytes (the import rewriting, half the cost
+    # of a file with a rewrite). An injected transform is always asked for the bytes.
+    need_code = True
+    if transform is None:
+        transform, default_pattern = _real_transform()
+        on = prefilter is None or prefilter is True
+        need_code = mode in ("write", "diff")
+    else:
+        default_pattern = trigger_pattern()
+        on = prefilter is True
+    pattern = prefilter if isinstance(prefilter, re.Pattern) else default_pattern if on else None
+    try:
+        targets, skipped, pruned = _collect(paths)
+    except _UsageError as error:
+        raise ValueError(str(error)) from None
+
+    work = functools.partial(
+        _process,
+        transform=transform,
+        options=options,
+        mode=mode,
+        prefilter=pattern,
+        need_code=need_code,
+    )
+    stream = sys.stderr if progress_stream is None else progress_stream
+    if progress is None:
+        progress = len(targets) >= _PROGRESS_MIN_FILES and stream.isatty()
+    bar = _Progress(stream, len(targets)) if progress and targets else None
+    workers = (os.cpu_count() or 1) if jobs == 0 else jobs
+    workers = min(workers, max(len(targets), 1))
+    results: list[tuple[FileReport, bool]] = []
+    if workers <= 1:
+        for target in targets:
+            results.append(work(target))
+            if bar:
+                bar.advance()
+    else:
+        # Chunks amortise the inter-process round trip; several per worker keep them busy
+        # to the end. map() yields in submission order, and the sort below makes the
+        # outcome independent of scheduling anyway.
+        chunksize = max(1, len(targets) // (workers * 8))
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+            for result in pool.map(work, targets, chunksize=chunksize):
+                results.append(result)
+                if bar:
+                    bar.advance()
+    if bar:
+        bar.close()
+    results.sort(key=lambda r: r[0].path)
+    return CodemodSummary(
+        mode=mode,
+        files=tuple(r[0] for r in results),
+        skipped=tuple(skipped),
+        pruned_dirs=tuple(pruned),
+        prefiltered=sum(1 for r in results if r[1]),
+        elapsed_s=time.perf_counter() - start,
+    )
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def format_summary(summary: CodemodSummary) -> str:
+    """The human summary printed on stderr at the end of a run."""
+    verb = "rewritten" if summary.mode == "write" else "would change"
+    counts = [
+        f"{_plural(summary.scanned, 'file', 'files')} scanned",
+        f"{len(summary.changed)} {verb}",
+        f"{summary.unchanged} unchanged",
+    ]
+    if summary.failed:
+        counts.append(f"{len(summary.failed)} left untouched (could not be processed)")
+    if summary.skipped:
+        counts.append(f"{len(summary.skipped)} skipped")
+    lines = [
+        f"xnnfold codemod ({summary.mode}): " + ", ".join(counts)
+        + f"; {_plural(len(summary.findings), 'finding', 'findings')}; "
+        f"{_plural(len(summary.pruned_dirs), 'directory', 'directories')} pruned; "
+        f"{summary.elapsed_s:.1f} s"
+    ]
+    for report in summary.failed:
+        lines.append(f"  not processed: {report.path}: {report.reason}")
+    for skip in summary.skipped:
+        lines.append(f"  skipped: {skip.path}: {skip.reason}")
+    return "\n".join(lines)
+
+
+def _emit(summary: CodemodSummary, *, fmt: str, stdout: TextIO, stderr: TextIO) -> None:
+    if fmt == "json":
+        json.dump(summary.to_json(), stdout, indent=2)
+        stdout.write("\n")
+    elif summary.mode == "diff":
+        for report in summary.files:
+            if report.diff:
+                stdout.write(report.diff)
+    else:
+        for path, finding in summary.findings:
+            stdout.write(finding.format(path) + "\n")
+        if summary.mode in ("write", "check"):
+            verb = "rewrote" if summary.mode == "write" else "would rewrite"
+            for path in summary.changed:
+                stderr.write(f"{verb} {path}\n")
+    stdout.flush()
+    stderr.write(format_summary(summary) + "\n")
+    stderr.flush()
+
+
+# -- command line --------------------------------------------------------------------------
+
+_DESCRIPTION: Final = (
+    "Rewrite Python sources for xnnfold: migrate legacy torch.nn.utils.weight_norm to the\n"
+    "parametrization, wrap models passed to torch.export.export in prepare_for_xnnpack and\n"
+    "swap XnnpackPartitioner for XnnpackFoldingPartitioner; report the sites found."
+)
+
+_EPILOG: Final = f"""\
+modes: rewrite in place (default); --diff prints a unified diff and writes nothing;
+--check writes nothing and exits 1 if a rewrite is pending; --report prints findings
+(path:line:col: CODE message) and writes nothing.
+
+walking: a PATH file is processed whatever its suffix; a PATH directory is walked for *.py.
+Inside a walk these are pruned: hidden files and directories (.git, .venv, .tox, ...),
+{", ".join(sorted(PRUNED_DIR_NAMES))},
+*.egg-info, and any directory holding a pyvenv.cfg (a virtualenv of any name).
+.ipynb notebooks are skipped with a note. Symlinks inside a walk are never followed (no
+file is edited twice, none outside the tree) and are listed as skipped; a PATH given
+explicitly as a symlink is followed and its target rewritten, the link kept. A file
+reached twice (links, overlapping PATHs) is processed once.
+
+files that do not parse (syntax error, undecodable bytes) are reported and left
+byte-identical. Files holding none of the names the rules look for are only compiled
+(to catch syntax errors), not analysed. Rewrites are atomic (temp file + rename, file
+mode kept); files without a rewrite are not touched (their mtime stays). The summary
+goes to stderr.
+
+exit status: 0 done (and, with --check, nothing pending); 1 some file could not be
+processed, or --check found a pending rewrite; 2 usage error (bad option, missing PATH).
+"""
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
+    modes = parser.add_mutually_exclusive_group()
+    modes.add_argument(
+        "--diff", dest="mode", action="store_const", const="diff",
+        help="print a unified diff of the rewrites to stdout; write nothing",
+    )
+    modes.add_argument(
+        "--check", dest="mode", action="store_const", const="check",
+        help="write nothing; exit 1 if any file would be rewritten",
+    )
+    modes.add_argument(
+        "--report", dest="mode", action="store_const", const="report",
+        help="print the findings, one per line (path:line:col: CODE message); write nothing",
+    )
+    parser.set_defaults(mode="write")
+    parser.add_argument(
+        "--format", dest="fmt", choices=FORMATS, default="text",
+        help="stdout format: text (findings or diff) or json (findings, rewrites, skips, "
+        "summary)",
+    )
+    parser.add_argument(
+        "--no-migrate", action="store_true",
+        help="do not migrate legacy torch.nn.utils.weight_norm / spectral_norm (still reported)",
+    )
+    parser.add_argument(
+        "--migrate-spectral-norm", action="store_true",
+        help="also migrate legacy spectral_norm (torch has no state_dict hook for its keys)",
+    )
+    parser.add_argument(
+        "--no-export-wiring", action="store_true",
+        help="do not wrap torch.export.export models in prepare_for_xnnpack nor swap "
+        "XnnpackPartitioner for XnnpackFoldingPartitioner",
+    )
+    parser.add_argument(
+        "--force", action="store_true",
+        help="migrate even files that use legacy state_dict keys or attributes "
+        "(weight_g, weight_v, weight_orig, ...)",
+    )
+    parser.add_argument(
+        "-j", "--jobs", type=int, default=1, metavar="N",
+        help="worker processes (0 = one per CPU; default 1); output does not depend on N",
+    )
+    parser.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help=f"progress bar on stderr (default: on a TTY, for {_PROGRESS_MIN_FILES}+ files)",
+    )
+
+
+def _run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.no_migrate and args.migrate_spectral_norm:
+        parser.error("--no-migrate and --migrate-spectral-norm contradict each other")
+    if args.jobs < 0:
+        parser.error("-j/--jobs must be 0 (one per CPU) or positive")
+    for path in args.paths:
+        if not os.path.exists(path):
+            parser.error(f"{path}: no such file or directory")
+    options = CodemodOptions(
+        migrate_weight_norm=not args.no_migrate,
+        migrate_spectral_norm=args.migrate_spectral_norm,
+        wire_export=not args.no_export_wiring,
+        force=args.force,
+    )
+    summary = run_codemod(
+        args.paths, options=options, mode=args.mode, jobs=args.jobs, progress=args.progress,
+        transform=getattr(args, "transform", None),
+    )
+    _emit(summary, fmt=args.fmt, stdout=sys.stdout, stderr=sys.stderr)
+    return summary.exit_code
+
+
+def add_codemod_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+    """Add ``codemod`` to a subcommand set; the parser's ``func(args)`` runs it."""
+    parser = subparsers.add_parser(
+        "codemod",
+        help="rewrite sources: migrate legacy weight_norm, wire export to xnnfold; or report",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _configure(parser)
+    parser.set_defaults(func=functools.partial(_run_args, parser=parser))
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None, *, transform: Optional[Transform] = None) -> int:
+    """``xnnfold codemod`` as a function: parse ``argv``, run, print, return the exit status.
+
+    Usage errors exit through argparse with status 2.
+    """
+    parser = argparse.ArgumentParser(
+        prog="xnnfold codemod",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _configure(parser)
+    args = parser.parse_args(argv)
+    args.transform = transform
+    return _run_args(args, parser)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

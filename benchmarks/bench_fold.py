@@ -42,13 +42,20 @@ def main() -> int:
 
     start = time.perf_counter()
     rows, ratios = [], []
+    not_lowered: list[str] = []
     for name in args.fixtures:
-        results = compare_fixture(
-            FIXTURES[name],
-            runs=args.runs,
-            slow_budget_s=args.slow_budget,
-            progress=lambda m: print(f"{time.perf_counter() - start:7.1f}s {m}", file=sys.stderr, flush=True),
-        )
+        try:
+            results = compare_fixture(
+                FIXTURES[name],
+                runs=args.runs,
+                slow_budget_s=args.slow_budget,
+                progress=lambda m: print(f"{time.perf_counter() - start:7.1f}s {m}", file=sys.stderr, flush=True),
+            )
+        except Exception as error:  # a variant executorch cannot lower: say so, go on
+            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            print(f"[{name}] not compared: {reason}", file=sys.stderr, flush=True)
+            not_lowered.append(f"{name}: {reason}")
+            continue
         stock, folded, hand = results
         rows += [(name, r) for r in results]
         ratios.append((name, stock.median_ms / folded.median_ms, folded.median_ms / hand.median_ms,
@@ -74,6 +81,9 @@ def main() -> int:
         if name == "pos_conv" and speedup < MIN_STOCK_OVER_FOLDED_POS_CONV:
             failures.append(f"{name}: stock/xnnfold {speedup:.1f}x < {MIN_STOCK_OVER_FOLDED_POS_CONV}x")
     lines += ["", "Targets missed: " + ("; ".join(failures) if failures else "none"), ""]
+    if not_lowered:
+        lines += ["Not compared (a variant failed to lower or run):", ""]
+        lines += [f"- {entry}" for entry in not_lowered] + [""]
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
     return 1 if failures else 0

@@ -44,15 +44,17 @@ CHANNEL_KINDS: Final = ("linear", "matmul", "addmm")
 KINDS: Final = CONV_KINDS + CHANNEL_KINDS
 # Kinds that are one torch.nn module, so the module itself can be called.
 MODULE_KINDS: Final = CONV_KINDS + ("linear",)
-# The GEMM each kind lowers to in the edge dialect.
-EDGE_OP: Final = {
-    "conv1d": "convolution",
-    "conv2d": "convolution",
-    "conv_transpose1d": "convolution",
-    "conv_transpose2d": "convolution",
-    "linear": "linear",
-    "matmul": "mm",
-    "addmm": "addmm",
+# The GEMMs each kind may lower to in the edge dialect: a linear, matmul or addmm with a
+# computed weight may reach the partitioner as any fully-connected form.
+FULLY_CONNECTED: Final = frozenset({"linear", "addmm", "mm"})
+EDGE_OPS: Final = {
+    "conv1d": frozenset({"convolution"}),
+    "conv2d": frozenset({"convolution"}),
+    "conv_transpose1d": frozenset({"convolution"}),
+    "conv_transpose2d": frozenset({"convolution"}),
+    "linear": FULLY_CONNECTED,
+    "matmul": FULLY_CONNECTED,
+    "addmm": FULLY_CONNECTED,
 }
 
 PARAMETRIZED_WAYS: Final = (
@@ -340,7 +342,8 @@ class GemmLayer(nn.Module):
         if _calls_module(self.spec):
             assert self.core is not None
             if kind == "linear":
-                return self.core(x.movedim(1, -1)).movedim(-1, 1)
+                # `.contiguous()`: see the KNOWN BUG note in `gemm`.
+                return self.core(x.movedim(1, -1).contiguous()).movedim(-1, 1)
             return self.core(x)
         y = gemm(self.spec, x, self.computed_weight(), self.computed_bias())
         if self.spec.weight == "shared":
@@ -361,7 +364,11 @@ def gemm(
         return F.conv_transpose1d(x, w, b, s, k // 2, s - 1, g)
     if kind == "conv_transpose2d":
         return F.conv_transpose2d(x, w, b, s, k // 2, s - 1, g)
-    channels_last = x.movedim(1, -1)
+    # KNOWN BUG (test_gemm_of_a_transposed_activation_folds_its_computed_weight, strict
+    # xfail): on a non-contiguous activation, torch's matmul and linear become
+    # expand + bmm; the weight is then never folded, or lowering crashes. Drop every
+    # `.contiguous()` of this file once that test passes.
+    channels_last = x.movedim(1, -1).contiguous()
     if kind == "linear":
         y = F.linear(channels_last, w, b)
     elif kind == "matmul":
@@ -467,7 +474,7 @@ class Expected:
 
     Attributes:
         path: module path of the GEMM (the module that calls the op).
-        op: the edge GEMM op.
+        ops: the edge GEMM ops it may lower to.
         delegated: the GEMM must end up inside a delegate (False: its weight must not
             be folded; the fully-connected ops may still be delegated with a run-time
             weight, and then a computed bias is folded).
@@ -475,7 +482,7 @@ class Expected:
     """
 
     path: str
-    op: str
+    ops: frozenset[str]
     delegated: bool
     folded: tuple[str, ...]
 
@@ -502,13 +509,13 @@ def expected_folds(spec: ModelSpec) -> list[Expected]:
         if _weight_foldable(layer, channels):
             roles = ("weight",) if _weight_computed(layer) else ()
             roles += ("bias",) if layer.bias in COMPUTED_BIASES else ()
-            result.append(Expected(path, EDGE_OP[layer.kind], True, roles))
+            result.append(Expected(path, EDGE_OPS[layer.kind], True, roles))
             if layer.weight == "shared":
                 # The twin reads the packed parameter's other chunk and the same bias.
-                result.append(Expected(f"{path}.twin", EDGE_OP[layer.kind], True, roles))
+                result.append(Expected(f"{path}.twin", EDGE_OPS[layer.kind], True, roles))
         else:
             bias = ("bias",) if layer.bias in COMPUTED_BIASES else ()
-            result.append(Expected(path, EDGE_OP[layer.kind], False, bias))
+            result.append(Expected(path, EDGE_OPS[layer.kind], False, bias))
         channels = layer.out_channels
     return result
 
@@ -529,7 +536,7 @@ def check(spec: ModelSpec, *, log: Callable[[str], None] = note) -> None:
         (row,) = rows
         folded = want.folded
         if want.delegated:
-            assert row.op == want.op, f"{want.path}: {row.op}, want {want.op}"
+            assert row.op in want.ops, f"{want.path}: {row.op}, want one of {sorted(want.ops)}"
             assert row.delegated, f"{want.path}: foldable GEMM left outside: {row.reason}"
         elif not row.delegated:
             folded = ()
@@ -612,7 +619,7 @@ def test_low_rank_product_smaller_than_its_factors_is_folded() -> None:
     model, x = LowRankLinear().eval(), torch.randn(2, 4)
     edge = xnnfold.lower(model, (x,))
     report = xnnfold.explain(edge)
-    (row,) = [r for r in report.rows if r.op == "linear"]
+    (row,) = report.rows
     assert row.delegated and row.folded == ("weight",), report.table()
     (out,) = xnnfold.run_pte(edge.to_executorch().buffer, (x,))
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
@@ -673,5 +680,52 @@ def test_module_called_twice_with_a_scalar_scaled_bias_is_folded() -> None:
     edge = xnnfold.lower(model, (x,))
     report = xnnfold.explain(edge)
     assert [r.folded for r in report.rows] == [("bias",), ("bias",)], report.table()
+    (out,) = xnnfold.run_pte(edge.to_executorch().buffer, (x,))
+    torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)
+
+
+class TransposedActivationGemm(nn.Module):
+    """A GEMM on ``x.movedim(1, -1)``: torch's matmul and linear turn a non-contiguous
+    3D activation times a weight that requires grad into expand + bmm, not view + mm."""
+
+    def __init__(self, *, weight: str, op: str) -> None:
+        super().__init__()
+        self.weight, self.op = weight, op
+        self.a = nn.Parameter(torch.randn(2, 1))
+        self.b = nn.Parameter(torch.randn(1, 2))  # A @ B: 4 floats from 4: folds
+        self.proj = weight_norm(nn.Linear(2, 2, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.movedim(1, -1)
+        if self.op == "module":
+            return self.proj(h)
+        w = self.a @ self.b if self.weight == "low_rank" else self.proj.weight
+        return F.linear(h, w) if self.op == "linear" else h @ w.t()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: weight_norm x matmul: the bmm is delegated but its weight is computed "
+    "at run time on every call, never folded; every other case: lowering raises "
+    "'xnnfold kept aten__weight_norm_default / aten_matmul_default undecomposed so "
+    "that its GEMM's weight could be folded, but the GEMM was not delegated'",
+)
+@pytest.mark.parametrize(
+    ("weight", "op"),
+    [
+        ("weight_norm", "module"),
+        ("weight_norm", "matmul"),
+        ("low_rank", "linear"),
+        ("low_rank", "matmul"),
+    ],
+)
+def test_gemm_of_a_transposed_activation_folds_its_computed_weight(
+    weight: str, op: str
+) -> None:
+    torch.manual_seed(SEED)
+    model, x = TransposedActivationGemm(weight=weight, op=op).eval(), torch.randn(1, 2, 3)
+    edge = xnnfold.lower(model, (x,))
+    report = xnnfold.explain(edge)
+    assert [r.folded for r in report.rows] == [("weight",)], report.table()
     (out,) = xnnfold.run_pte(edge.to_executorch().buffer, (x,))
     torch.testing.assert_close(out, model(x), rtol=1e-4, atol=1e-4)

@@ -11,7 +11,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -61,6 +61,20 @@ def _lower_variant(variant: str, fixture: Fixture) -> tuple[bytes, int, str, flo
     return buffer, summary.delegates, summary.outside_ops_text(), time.perf_counter() - start
 
 
+def _max_abs_diff(outputs: list[Any], reference: Any) -> float:
+    """Largest difference over every tensor output (models may return several)."""
+    expected = [t for t in torch.utils._pytree.tree_leaves(reference) if isinstance(t, torch.Tensor)]
+    got = [t for t in outputs if isinstance(t, torch.Tensor)]
+    if len(got) != len(expected):
+        raise RuntimeError(
+            f"the program returned {len(got)} tensors, eager {len(expected)}"
+        )
+    return max(
+        (float((g.double() - e.double()).abs().max()) for g, e in zip(got, expected)),
+        default=0.0,
+    )
+
+
 def compare_fixture(
     fixture: Fixture,
     *,
@@ -89,10 +103,10 @@ def compare_fixture(
         programs[variant] = LoadedProgram(buffer)
         say(f"[{fixture.name}] running {variant} once against eager ...")
         start = time.perf_counter()
-        (out,) = programs[variant](inputs)
+        outputs = programs[variant](inputs)
         first_call = time.perf_counter() - start
         first_calls[variant] = first_call
-        diff = float((out - reference).abs().max())
+        diff = _max_abs_diff(outputs, reference)
         results[variant] = VariantResult(
             variant, delegates, outside, len(buffer), seconds, [], diff
         )

@@ -29,8 +29,10 @@ Walking (documented in ``xnnfold codemod --help``):
 Speed: a file whose bytes hold none of the names the rules match (`TRIGGER_WORDS`,
 `TRIGGER_IDENTIFIERS`, or the rules' own lists if they publish them) and that Python
 compiles is counted as unchanged without being parsed by libcst; anything else, including
-every file Python cannot compile, goes to the rules. ``-j N`` spreads files over N
-processes in chunks; results are sorted by path, so output does not depend on N.
+every file Python cannot compile, goes to the rules. In ``--report`` and ``--check`` modes
+the rules are asked only whether a rewrite is pending (``rewrite=False``), not for the new
+bytes, which skips libcst's import rewriting. ``-j N`` spreads files over N processes in
+chunks; results are sorted by path, so output does not depend on N.
 """
 
 from __future__ import annotations

@@ -1,0 +1,101 @@
+"""``xnnfold`` and ``xnnfold.rewriter`` import their public names lazily (PEP 562).
+
+The problem: both packages imported torch and executorch eagerly, so every ``xnnfold
+codemod`` run (libcst only) and ``xnnfold --help`` paid seconds of imports. The fix resolves
+each public name on first access. These tests pin both halves: every name in ``__all__``
+still imports, and the codemod command lines never load torch or executorch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import xnnfold
+import xnnfold.rewriter
+
+_HEAVY = ("torch", "executorch")
+_LEGACY_MODEL = b"""import torch
+from torch.nn.utils import weight_norm
+
+
+def build() -> torch.nn.Module:
+    return weight_norm(torch.nn.Linear(4, 4))
+"""
+
+
+@pytest.mark.parametrize(
+    "package, name",
+    [("xnnfold", n) for n in xnnfold.__all__]
+    + [("xnnfold.rewriter", n) for n in xnnfold.rewriter.__all__],
+)
+def test_public_name_imports(package: str, name: str) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {package} import {name}", namespace)  # noqa: S102 - the statement under test
+    assert namespace[name] is getattr(importlib.import_module(package), name)
+
+
+def test_unknown_attribute_raises_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no_such_name"):
+        xnnfold.no_such_name  # noqa: B018
+
+
+def test_submodule_reachable_as_attribute() -> None:
+    assert xnnfold.passes is importlib.import_module("xnnfold.passes")
+
+
+_PROBE = """
+import atexit, runpy, sys
+atexit.register(lambda: print("MODULES", *sorted(sys.modules), file=sys.__stderr__, flush=True))
+sys.argv = ["xnnfold", *sys.argv[1:]]
+runpy.run_module("xnnfold", run_name="__main__", alter_sys=True)
+"""
+
+
+def _imported_modules(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run ``python -m xnnfold ARGS``; its result and every module loaded when it exits."""
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+    lines = [line for line in result.stderr.splitlines() if line.startswith("MODULES ")]
+    assert len(lines) == 1, result.stderr[-2000:]
+    return result, set(lines[0].split()[1:])
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in _HEAVY)
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["codemod", "--help"]], ids=["xnnfold", "codemod"]
+)
+def test_help_does_not_import_torch(args: list[str], tmp_path: Path) -> None:
+    result, modules = _imported_modules(args, tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "xnnfold.cli" in modules  # the probe sees the package's own imports
+    assert _heavy(modules) == []
+
+
+@pytest.mark.parametrize("mode", [[], ["--report"], ["--check"]], ids=["write", "report", "check"])
+def test_codemod_run_does_not_import_torch(mode: list[str], tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "model.py").write_bytes(_LEGACY_MODEL)
+    (tree / "plain.py").write_bytes(b"def f(x):\n    return x + 1\n")
+    result, modules = _imported_modules(["codemod", *mode, str(tree)], tmp_path)
+    assert result.returncode == (1 if mode == ["--check"] else 0), result.stderr[-2000:]
+    assert "xnnfold.rewriter._codemod_rules" in modules  # the rules really ran
+    assert _heavy(modules) == []
+    rewritten = (tree / "model.py").read_bytes()
+    if mode:
+        assert rewritten == _LEGACY_MODEL
+    else:
+        assert b"from torch.nn.utils.parametrizations import weight_norm" in rewritten

@@ -61,6 +61,7 @@ SEED = 20261130
 STOCK = "stock"
 XNNFOLD = "xnnfold"
 HAND_FOLDED = "hand-folded + stock"
+CASES = ("encoder", "chain", "hifigan")
 
 
 # ---------------------------------------------------------------------------------------
@@ -295,6 +296,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=None, help="timed lowerings per variant (default 3; 2 with --quick)")
     parser.add_argument("--quick", action="store_true", help="6-layer encoder, 20/40/60-layer chains, 2 repeats")
+    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="which cases to run")
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("lowering_results.md"))
     args = parser.parse_args()
     repeats = args.repeats or (2 if args.quick else 3)
@@ -317,7 +319,8 @@ def main() -> int:
     lines = [
         "# xnnfold lowering cost",
         "",
-        f"`python benchmarks/bench_lowering.py{' --quick' if args.quick else ''} --repeats {repeats}` "
+        f"`python benchmarks/bench_lowering.py{' --quick' if args.quick else ''} --repeats {repeats}"
+        f"{'' if args.cases == list(CASES) else ' --cases ' + ' '.join(args.cases)}` "
         f"on {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}. "
         "Timed: `to_edge_transform_and_lower(...).to_executorch()`; `torch.export` runs before "
         "each lowering, untimed (its median is the export column). Medians over the repeats; "
@@ -326,7 +329,30 @@ def main() -> int:
         "",
     ]
 
-    # (a) encoder, no computed weights.
+    if "encoder" in args.cases:
+        encoder_case(encoder_layers, repeats, lines, failures, say)
+    if "chain" in args.cases:
+        chain_case(chain_sizes, repeats, lines, failures, say)
+    if "hifigan" in args.cases:
+        hifigan_case(repeats, lines, failures, say)
+
+    load_after = os.getloadavg()
+    lines += [
+        f"Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
+        f"{time.perf_counter() - start:.0f} s in all.",
+        "",
+        "Targets missed: " + ("; ".join(failures) if failures else "none"),
+        "",
+    ]
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 1 if failures else 0
+
+
+def encoder_case(
+    encoder_layers: int, repeats: int, lines: list[str], failures: list[str], say: Callable[[str], None]
+) -> None:
+    """(a) encoder, no computed weights."""
     say(f"(a) {encoder_layers}-layer encoder")
     x = (torch.randn(1, 16, 64),)
     enc = [
@@ -355,7 +381,12 @@ def main() -> int:
     if not identical:
         failures.append("(a) encoder: xnnfold's program differs from stock's")
 
-    # (b) weight_norm chains.
+
+
+def chain_case(
+    chain_sizes: tuple[int, ...], repeats: int, lines: list[str], failures: list[str], say: Callable[[str], None]
+) -> None:
+    """(b) weight_norm chains."""
     lines += [
         "## (b) chain of weight_norm Conv1d",
         "",
@@ -404,7 +435,10 @@ def main() -> int:
     if growth > MAX_CHAIN_PER_LAYER_GROWTH:
         failures.append(f"(b) chain per-layer growth {growth:.3f} > {MAX_CHAIN_PER_LAYER_GROWTH}")
 
-    # (c) HiFi-GAN-style generator.
+
+
+def hifigan_case(repeats: int, lines: list[str], failures: list[str], say: Callable[[str], None]) -> None:
+    """(c) HiFi-GAN-style generator."""
     source, build, build_hand, x = hifigan_source()
     say(f"(c) HiFi-GAN ({source})")
     hifi = [
@@ -427,18 +461,6 @@ def main() -> int:
     ]
     if ratio_cpu > MAX_HIFIGAN_RATIO:
         failures.append(f"(c) HiFi-GAN xnnfold/hand-folded {ratio_cpu:.3f} > {MAX_HIFIGAN_RATIO}")
-
-    load_after = os.getloadavg()
-    lines += [
-        f"Load average (1 min) {load_before[0]:.1f} before, {load_after[0]:.1f} after; "
-        f"{time.perf_counter() - start:.0f} s in all.",
-        "",
-        "Targets missed: " + ("; ".join(failures) if failures else "none"),
-        "",
-    ]
-    args.out.write_text("\n".join(lines))
-    print("\n".join(lines))
-    return 1 if failures else 0
 
 
 if __name__ == "__main__":

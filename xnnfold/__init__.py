@@ -10,9 +10,9 @@ computation with the GEMM and folds it into a constant inside the delegate at pr
     et = to_edge_transform_and_lower(ep, partitioner=[XnnpackFoldingPartitioner()])
 """
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from xnnfold._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from xnnfold._explain import ExplainReport, explain, GemmRow
@@ -61,20 +61,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups skip this hook
-        return value
-    # ``import xnnfold; xnnfold.passes`` worked when everything was imported eagerly.
-    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __version__ = "0.1.0"

@@ -14,6 +14,8 @@ left untouched, so a second run reports ``modified=False``.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Optional
 
 import torch
@@ -39,6 +41,9 @@ from xnnfold.passes._predicates import (
 __all__ = ["FoldComputedWeightsPass", "has_fold_marks"]
 
 _CONVOLUTION = exir_ops.edge.aten.convolution.default
+_MATMULS = frozenset({exir_ops.edge.aten.addmm.default, exir_ops.edge.aten.mm.default})
+_PERMUTE = exir_ops.edge.aten.permute_copy.default
+_TRANSPOSES = frozenset({_PERMUTE, exir_ops.edge.aten.t_copy.default})
 
 
 def has_fold_marks(ep: ExportedProgram) -> bool:
@@ -153,6 +158,34 @@ def _taken_names(ep: ExportedProgram) -> set[str]:
     return {node.name for node in ep.graph.nodes} | set(ep.state_dict) | set(ep.constants)
 
 
+def _is_matrix_transpose(node: Node) -> bool:
+    if node.op != "call_function" or node.target not in _TRANSPOSES:
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dim() != 2:
+        return False
+    return node.target is not _PERMUTE or list(node.args[1]) in ([1, 0], [-1, -2], [1, -2], [-1, 0])
+
+
+def _without_final_transpose(computation: WeightComputation) -> Optional[WeightComputation]:
+    """An addmm/mm weight ``f(...).t()`` is folded as ``f(...)`` with the transpose kept.
+
+    That is how a hand-folded linear reaches XNNPACK (its decomposition is
+    ``addmm(b, x, permute(W))``), and XNNPACK's ConvertToLinearPass turns that back into a
+    linear; given an already transposed constant instead it builds a linear of the wrong
+    shape. None when the transpose's input is itself a stored tensor (nothing to fold).
+    """
+    root = computation.root
+    if computation.gemm.target not in _MATMULS or not _is_matrix_transpose(root):
+        return computation
+    inner = root.args[0]
+    if not isinstance(inner, Node) or inner.op != "call_function":
+        return None
+    return dataclasses.replace(
+        computation, root=inner, nodes=tuple(n for n in computation.nodes if n is not root)
+    )
+
+
 def _unique_name(taken: set[str], base: str) -> str:
     """A name not in ``taken``, which it then joins."""
     name, i = base, 1
@@ -200,7 +233,9 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     max_nodes=self.max_fold_nodes,
                 )
                 if isinstance(result, WeightComputation):
-                    found.append(result)
+                    result = _without_final_transpose(result)
+                    if result is not None:
+                        found.append(result)
         return found
 
     def _fold_one(
@@ -243,7 +278,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         # twice from the same sources, and both calls get the one folded constant.
         memo: dict[Node, object] = {}
         keys = [
-            (computation_key(c, memo), c.gemm if _reshaped_in_place(c) else None)
+            (computation_key(c, memo, ep), c.gemm if _reshaped_in_place(c) else None)
             for c in computations
         ]
         folded_by_key: dict[object, Node] = {}

@@ -117,10 +117,15 @@ def _aten_gemm_delegable(node: Node) -> bool:
         return False
     if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
         return rank == 2
-    if node.target is torch.ops.aten.matmul.default:
-        return rank == 2 and activation.meta["val"].dim() >= 2
-    if node.target is torch.ops.aten.linear.default:
-        return rank == 2
+    act = activation.meta["val"]
+    if node.target in (torch.ops.aten.matmul.default, torch.ops.aten.linear.default):
+        # On a non-contiguous batched activation (x.movedim(1, -1)) torch decomposes both
+        # into expand + bmm, and executorch does not keep the linear: nothing would take
+        # the kept weight ops.
+        contiguous = act.dim() <= 2 or act.is_contiguous()
+        return rank == 2 and act.dim() >= (
+            2 if node.target is torch.ops.aten.matmul.default else 1
+        ) and contiguous
     return rank in (3, 4)  # convolutions: XNNPACK takes 1D and 2D
 
 
@@ -202,6 +207,50 @@ def _contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> bo
     return visited == next_id
 
 
+def _between(group: set[Node]) -> set[Node]:
+    """Nodes outside ``group`` on a path from one of its nodes to another."""
+    down: set[Node] = set()
+    stack = [u for n in group for u in n.users if u not in group]
+    while stack:
+        node = stack.pop()
+        if node not in down:
+            down.add(node)
+            stack.extend(u for u in node.users if u not in group)
+    between: set[Node] = set()
+    stack = [i for n in group for i in n.all_input_nodes if i in down]
+    while stack:
+        node = stack.pop()
+        if node not in between:
+            between.add(node)
+            stack.extend(i for i in node.all_input_nodes if i in down)
+    return between
+
+
+def _convex_groups(graph: Graph, groups: list[set[Node]]) -> list[set[Node]]:
+    """Merge into each group the groups of the nodes between its members.
+
+    Two chained GEMMs whose weights share a packed source form one group; the permute
+    between them is a group of its own, and without it the group depends on itself.
+    """
+    owner = {node: i for i, group in enumerate(groups) for node in group}
+    merged = [set(g) for g in groups]
+    alive = set(range(len(groups)))
+    changed = True
+    while changed:
+        changed = False
+        for i in sorted(alive):
+            if i not in alive:
+                continue
+            inside = {owner[n] for n in _between(merged[i]) if n in owner} - {i}
+            for j in inside & alive:
+                merged[i] |= merged[j]
+                for node in merged[j]:
+                    owner[node] = i
+                alive.discard(j)
+                changed = True
+    return [merged[i] for i in sorted(alive)]
+
+
 def _acyclic_grouping(graph: Graph, groups: Sequence[Iterable[Node]]) -> list[Partition]:
     """Merge node groups into partitions, never splitting a group, never making a cycle.
 
@@ -211,7 +260,8 @@ def _acyclic_grouping(graph: Graph, groups: Sequence[Iterable[Node]]) -> list[Pa
     """
     order = {node: i for i, node in enumerate(graph.nodes)}
     pending = sorted(
-        (set(g) for g in groups if g), key=lambda g: min(order[n] for n in g)
+        _convex_groups(graph, [set(g) for g in groups if g]),
+        key=lambda g: min(order[n] for n in g),
     )
     partitions: list[set[Node]] = []
     owner: dict[Node, int] = {}

@@ -16,6 +16,13 @@ from typing import Optional, Union
 import torch
 from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
+from torch._export.utils import (
+    get_buffer,
+    get_lifted_tensor_constant,
+    is_buffer,
+    is_lifted_tensor_constant,
+)
+from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
@@ -240,18 +247,55 @@ def _op_identity(target: object) -> object:
     return (op._schema.name.split("::")[-1], op._overloadname)
 
 
-def _structure(node: Node, memo: dict[Node, object]) -> object:
+# Lifted constants this small are compared by value: each call of a module lifts its own
+# copy of a scalar like the 0.5 in ``bias * 0.5``, under a new name.
+_MAX_VALUE_KEY_NUMEL = 64
+
+
+def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.numel() > _MAX_VALUE_KEY_NUMEL:
+        return None
+    # Scalars lifted by to_edge are non-persistent buffers; either way, only values the
+    # program never writes can stand for each other.
+    index = _SignatureIndex.of(ep)
+    if _source_problem(index, node) is not None:
+        return None
+    value = (
+        get_lifted_tensor_constant(ep, node)
+        if is_lifted_tensor_constant(ep, node)
+        else get_buffer(ep, node)
+        if is_buffer(ep, node)
+        else None
+    )
+    if isinstance(value, torch.Tensor) and is_fake(value):
+        # Under a decomposition's fake mode a small constant keeps its real value here.
+        value = getattr(value, "constant", None)
+    return value if isinstance(value, torch.Tensor) and not is_fake(value) else None
+
+
+def _value_key(value: torch.Tensor) -> tuple[object, ...]:
+    # Read outside any fake mode the caller (a decomposition) may have active.
+    with unset_fake_temporarily():
+        items = tuple(value.detach().flatten().tolist())
+    return ("value", str(value.dtype), tuple(value.shape), items)
+
+
+def _structure(
+    node: Node, memo: dict[Node, object], ep: Optional[ExportedProgram] = None
+) -> object:
     """A hashable description of what ``node`` computes from which sources: two weight
     computations with the same structure fold to the same bytes, stored once."""
     if node in memo:
         return memo[node]
     if node.op == "placeholder":
-        key: object = ("source", node.name)
+        value = _small_constant(ep, node) if ep is not None else None
+        key: object = _value_key(value) if value is not None else ("source", node.name)
     else:
 
         def describe(arg: object) -> object:
             if isinstance(arg, Node):
-                return _structure(arg, memo)
+                return _structure(arg, memo, ep)
             if isinstance(arg, (list, tuple)):
                 return tuple(describe(a) for a in arg)
             if isinstance(arg, dict):
@@ -352,7 +396,7 @@ def _topological_closure(root: Node, limit: int) -> Optional[list[Node]]:
 
 
 def _shared_component(
-    closure: list[Node], cmap: _ConstantMap, *, limit: int
+    closure: list[Node], cmap: _ConstantMap, *, limit: int, ep: Optional[ExportedProgram] = None
 ) -> Union[tuple[list[Node], list[Node], list[Node]], str, None]:
     """The weight computations that share sources with ``closure``, taken together.
 
@@ -399,7 +443,7 @@ def _shared_component(
     order = {n: i for i, n in enumerate(next(iter(seen)).graph.nodes)} if seen else {}
     distinct: dict[object, Node] = {}
     for node in sorted(seen, key=order.__getitem__):
-        key = _structure(node, memo)
+        key = _structure(node, memo, ep)
         if node in roots:
             distinct.setdefault(key, node)
     by_order = sorted(distinct.values(), key=order.__getitem__)
@@ -517,7 +561,7 @@ def find_weight_computation(
                 site,
             )
 
-    shared = _shared_component(closure, cmap, limit=4 * max_nodes)
+    shared = _shared_component(closure, cmap, limit=4 * max_nodes, ep=ep)
     if shared is None:
         return reject(
             f"the {role} shares its sources with more than {4 * max_nodes} nodes of "
@@ -575,11 +619,15 @@ def find_weight_computation(
     )
 
 
-def computation_key(computation: WeightComputation, memo: dict[Node, object]) -> object:
+def computation_key(
+    computation: WeightComputation,
+    memo: dict[Node, object],
+    ep: Optional[ExportedProgram] = None,
+) -> object:
     """Equal keys mean equal folded values (same ops on the same sources), so the fold
     can reuse one constant for a module called twice. ``memo`` is shared across calls."""
     for node in (*computation.sources, *computation.nodes):
-        _structure(node, memo)  # inputs first, so the recursion stays one level deep
+        _structure(node, memo, ep)  # inputs first, so the recursion stays one level deep
     return memo[computation.root]
 
 

@@ -4,9 +4,9 @@ Also the codemod's per-file rules (`transform_source`), which find such tensors 
 code and migrate legacy weight_norm to parametrizations.
 """
 
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from xnnfold._lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding
@@ -34,19 +34,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups skip this hook
-        return value
-    if not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [

@@ -9,25 +9,15 @@ paths to the same findings and the same set of changed files over every rule fix
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from xnnfold.rewriter import CodemodOptions, transform_source
+from xnnfold.rewriter import transform_source
 from xnnfold.rewriter._codemod_driver import run_codemod
 
-FIXTURES = Path(__file__).parent / "fixtures" / "codemod"
-INPUTS = sorted(FIXTURES.glob("*/*.in.py"))
-_OPTIONS_RE = re.compile(r"^# codemod-options: (.*)$", re.M)
-
-
-def _options(source: bytes) -> CodemodOptions:
-    match = _OPTIONS_RE.search(source.decode())
-    if match is None:
-        return CodemodOptions()
-    flags = dict(pair.split("=") for pair in match.group(1).split())
-    return CodemodOptions(**{key: value == "true" for key, value in flags.items()})
+# The rule fixtures and their per-file options, as the rule tests read them.
+from tests.test_codemod_rules import FIXTURES, INPUTS, _options
 
 
 def _id(path: Path) -> str:

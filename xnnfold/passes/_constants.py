@@ -22,6 +22,7 @@ __all__ = [
     "EXTERNAL_TAG_KEYS",
     "EDGE_ACTIVATION_GEMMS",
     "EDGE_GEMM_ARGS",
+    "EDGE_NO_DECOMP_NAMESPACE",
     "FOLD_META_KEY",
     "GEMM_ARGS_BY_NAME",
     "FILL_OPS",
@@ -76,6 +77,9 @@ DEFAULT_MAX_FOLD_NODES: Final = 4096
 FOLDABLE_NAMESPACES: Final = frozenset({"aten", "dim_order_ops"})
 
 GETITEM: Final = operator.getitem
+
+# The namespace executorch moves kept ops into while it decomposes the rest (to_edge).
+EDGE_NO_DECOMP_NAMESPACE: Final = "EDGE_DO_NOT_DECOMP"
 
 # Namespaces of the PT2E quantize/dequantize ops (a quantized weight is their output).
 QUANTIZATION_NAMESPACES: Final = frozenset({"quantized_decomposed", "torchao"})

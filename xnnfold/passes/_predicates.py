@@ -32,6 +32,7 @@ from xnnfold.passes._constants import (
     CUSTOM_META_KEY,
     DEFAULT_MAX_FOLD_NODES,
     EDGE_GEMM_ARGS,
+    EDGE_NO_DECOMP_NAMESPACE,
     EXTERNAL_TAG_KEYS,
     FILL_OPS,
     FOLDABLE_NAMESPACES,
@@ -104,6 +105,12 @@ def op_overload(target: object) -> Optional[torch._ops.OpOverload]:
     if isinstance(target, EdgeOpOverload):
         return target._op
     if isinstance(target, torch._ops.OpOverload):
+        if target.namespace == EDGE_NO_DECOMP_NAMESPACE:
+            # While to_edge decomposes, the ops it keeps are copies in their own namespace;
+            # the partitioner's checks run on that graph and must see the ATen op.
+            packet = getattr(torch.ops.aten, target._schema.name.split("::")[-1], None)
+            aten_op = getattr(packet, target._overloadname, None) if packet else None
+            return aten_op if isinstance(aten_op, torch._ops.OpOverload) else target
         return target
     return None
 

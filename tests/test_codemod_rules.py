@@ -344,3 +344,36 @@ def test_libcst_tool_runs_the_command(tmp_path: Path) -> None:
     assert (tmp_path / "keys.py").read_bytes() == (FIXTURES / "legacy_keys" / "strings.in.py").read_bytes()
     assert "XNF101 legacy torch.nn.utils.weight_norm: migrated" in result.stderr
     assert "XNF402 attribute .weight_g" in result.stderr
+
+
+_REAPPLY = b'''import torch
+import torch.nn as nn
+from torch.nn.utils import remove_weight_norm, weight_norm
+
+
+def cycle(conv: nn.Conv1d) -> nn.Conv1d:
+    """Remove weight norm, then put it back (as fine-tuning scripts do)."""
+    remove_weight_norm(conv)
+    return weight_norm(conv)
+'''
+
+
+def test_remove_then_reapply_keeps_working_after_migration() -> None:
+    outcome = transform_source(_REAPPLY, options=CodemodOptions())
+    assert outcome.new_code is not None and b"parametrizations" in outcome.new_code
+    namespaces: list[dict[str, object]] = [{}, {}]
+    exec(compile(_REAPPLY, "legacy", "exec"), namespaces[0])
+    exec(compile(outcome.new_code, "migrated", "exec"), namespaces[1])
+    x = torch.randn(1, 4, 9)
+    outputs = []
+    for namespace, apply in zip(
+        namespaces,
+        (torch.nn.utils.weight_norm, torch.nn.utils.parametrizations.weight_norm),
+    ):
+        torch.manual_seed(0)
+        conv = apply(torch.nn.Conv1d(4, 4, 3))
+        conv = namespace["cycle"](conv)  # type: ignore[operator]
+        outputs.append(conv(x))
+    # The migrated cycle leaves a parametrized module again, computing the same output.
+    assert torch.nn.utils.parametrize.is_parametrized(conv)
+    torch.testing.assert_close(outputs[1], outputs[0], rtol=1e-6, atol=1e-6)

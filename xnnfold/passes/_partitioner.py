@@ -122,10 +122,10 @@ def _aten_gemm_delegable(node: Node) -> bool:
         # On a non-contiguous batched activation (x.movedim(1, -1)) torch decomposes both
         # into expand + bmm, and executorch does not keep the linear: nothing would take
         # the kept weight ops.
-        contiguous = act.dim() <= 2 or act.is_contiguous()
-        return rank == 2 and act.dim() >= (
-            2 if node.target is torch.ops.aten.matmul.default else 1
-        ) and contiguous
+        if act.dim() > 2 and not act.is_contiguous():
+            return False
+        min_act_rank = 2 if node.target is torch.ops.aten.matmul.default else 1
+        return rank == 2 and act.dim() >= min_act_rank
     return rank in (3, 4)  # convolutions: XNNPACK takes 1D and 2D
 
 

@@ -153,6 +153,9 @@ class _ConstantMap:
     # by such uses (a packed in_proj split three ways, a module called twice) is freed
     # once every GEMM that reads it is folded.
     weight_only: dict[str, bool]
+    # Topological position of every node, for ordering what a query collects without
+    # enumerating the whole graph per query.
+    order: dict[str, int]
 
 
 _CONSTANT_MAPS: "weakref.WeakKeyDictionary[Graph, _ConstantMap]" = (
@@ -264,9 +267,8 @@ def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
     if not isinstance(val, torch.Tensor) or val.numel() > _MAX_VALUE_KEY_NUMEL:
         return None
     # Scalars lifted by to_edge are non-persistent buffers; either way, only values the
-    # program never writes can stand for each other.
-    index = _SignatureIndex.of(ep)
-    if _source_problem(index, node) is not None:
+    # program never writes can stand for each other (the per-graph sweep knows which).
+    if not _constant_map(ep).constant.get(node.name, False):
         return None
     value = (
         get_lifted_tensor_constant(ep, node)
@@ -358,8 +360,9 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
                 for user in node.users
             )
         )
+    order = {node.name: i for i, node in enumerate(graph.nodes)}
     result = _ConstantMap(
-        len(graph.nodes), ep.graph_signature, constant, culprit, weight_only
+        len(graph.nodes), ep.graph_signature, constant, culprit, weight_only, order
     )
     _CONSTANT_MAPS[graph] = result
     return result
@@ -446,15 +449,17 @@ def _shared_component(
         elif as_weight:
             roots.append(node)
     # Equal computations fold to equal bytes, which the program stores once.
+    def position(node: Node) -> int:
+        return cmap.order[node.name]
+
     memo: dict[Node, object] = {}
-    order = {n: i for i, n in enumerate(next(iter(seen)).graph.nodes)} if seen else {}
     distinct: dict[object, Node] = {}
-    for node in sorted(seen, key=order.__getitem__):
+    for node in sorted(seen, key=position):
         key = _structure(node, memo, ep)
         if node in roots:
             distinct.setdefault(key, node)
-    by_order = sorted(distinct.values(), key=order.__getitem__)
-    return by_order, sorted(freed, key=order.__getitem__), sorted(kept, key=order.__getitem__)
+    by_order = sorted(distinct.values(), key=position)
+    return by_order, sorted(freed, key=position), sorted(kept, key=position)
 
 
 def find_weight_computation(
@@ -606,15 +611,14 @@ def find_weight_computation(
                 "folding frees nothing of it"
             )
         else:
-            why_not = f"its sources {freed}"
+            why_not = f"its sources {freed} bytes"
         sharing = (
             f"the {len(folded_roots)} folded weights sharing its sources take"
             if len(folded_roots) > 1
             else f"the folded {role} takes"
         )
         return reject(
-            f"folding would grow the program: {sharing} {folded} bytes, {why_not}"
-            + (" bytes" if not kept_sources else ""),
+            f"folding would grow the program: {sharing} {folded} bytes, {why_not}",
             True,
             site,
         )

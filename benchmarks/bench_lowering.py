@@ -12,7 +12,8 @@ in balanced order (A B, B A, ...) so that drift and machine load hit all of them
     when lowering is linear), hand-folded + stock for reference;
 (c) a HiFi-GAN-style generator (``hifigan_generator`` from xnnfold.fixtures when present,
     else a local one): xnnfold on the parametrized model vs stock on the hand-folded twin
-    (target: ratio <= 1.2).
+    (target: ratio <= 1.2), and xnnfold with ``keep_decomposition_filter=True`` beside
+    them, to show what the decomposition shortcut saves (the programs must be identical).
 
 What is timed: ``to_edge_transform_and_lower(...).to_executorch()``, the part a partitioner
 affects. ``torch.export`` runs fresh before every lowering, untimed (reported apart): it does
@@ -61,6 +62,7 @@ SEED = 20261130
 STOCK = "stock"
 XNNFOLD = "xnnfold"
 HAND_FOLDED = "hand-folded + stock"
+XNNFOLD_FILTER = "xnnfold, keep_decomposition_filter=True"
 CASES = ("encoder", "chain", "hifigan")
 
 
@@ -258,6 +260,11 @@ def folding() -> Partitioner:
     return XnnpackFoldingPartitioner()
 
 
+def folding_with_filter() -> Partitioner:
+    # Without the decomposition shortcut: shows how much of the gap it closes.
+    return XnnpackFoldingPartitioner(keep_decomposition_filter=True)
+
+
 def hifigan_source() -> tuple[str, Callable[[], nn.Module], Callable[[], nn.Module], tuple[torch.Tensor, ...]]:
     fixture = FIXTURES.get("hifigan_generator")
     if fixture is not None:
@@ -444,10 +451,13 @@ def hifigan_case(repeats: int, lines: list[str], failures: list[str], say: Calla
     hifi = [
         Variant(XNNFOLD, lambda: prepare_for_xnnpack(build()), folding, x),
         Variant(HAND_FOLDED, build_hand, stock, x),
+        Variant(XNNFOLD_FILTER, lambda: prepare_for_xnnpack(build()), folding_with_filter, x),
     ]
     measure(hifi, repeats, say)
     convs = sum(isinstance(m, (nn.Conv1d, nn.ConvTranspose1d)) for m in build().modules())
     ratio_cpu, ratio_wall = hifi[0].cpu_s / hifi[1].cpu_s, hifi[0].wall_s / hifi[1].wall_s
+    filter_ratio = hifi[2].cpu_s / hifi[1].cpu_s
+    identical = hifi[0].pte == hifi[2].pte
     lines += [
         f"## (c) HiFi-GAN-style generator: {source}, {convs} weight_norm convs",
         "",
@@ -458,9 +468,15 @@ def hifigan_case(repeats: int, lines: list[str], failures: list[str], say: Calla
         f"xnnfold (parametrized) / stock (hand-folded): **{ratio_cpu:.3f}** CPU, "
         f"{ratio_wall:.3f} wall (target <= {MAX_HIFIGAN_RATIO}).",
         "",
+        f"With `keep_decomposition_filter=True` (executorch's two extra decomposition passes, "
+        f"as with the stock partitioner): **{filter_ratio:.3f}** CPU. Programs with and "
+        f"without the filter byte-identical: {'yes' if identical else 'NO'}.",
+        "",
     ]
     if ratio_cpu > MAX_HIFIGAN_RATIO:
         failures.append(f"(c) HiFi-GAN xnnfold/hand-folded {ratio_cpu:.3f} > {MAX_HIFIGAN_RATIO}")
+    if not identical:
+        failures.append("(c) HiFi-GAN: the program depends on keep_decomposition_filter")
 
 
 if __name__ == "__main__":

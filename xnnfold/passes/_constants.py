@@ -27,6 +27,7 @@ __all__ = [
     "GEMM_ARGS_BY_NAME",
     "FILL_OPS",
     "FOLDABLE_NAMESPACES",
+    "DECOMPOSES_ONLY_TO",
     "PRESERVE_BLOCKLIST",
     "PRESERVED_META_KEY",
     "QUANTIZATION_NAMESPACES",
@@ -150,6 +151,23 @@ ATEN_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
     aten.addmm.default: (2, 0),
     aten.mm.default: (1,),
     aten.matmul.default: (1,),
+}
+
+# Ops that executorch's decomposition table turns into exactly these ops, in one step and
+# whatever the arguments. When nothing else in a graph needs decomposing, no kept op can
+# appear during decomposition, so the partitioner's per-node filter has nothing new to
+# judge (see `_decompositions.filter_is_redundant`). tests/test_decompositions.py traces
+# each entry against the installed torch.
+DECOMPOSES_ONLY_TO: Final[dict[object, frozenset[object]]] = {
+    op: frozenset({aten.convolution.default})
+    for op in (
+        aten.conv1d.default,
+        aten.conv2d.default,
+        aten.conv3d.default,
+        aten.conv_transpose1d.default,
+        aten.conv_transpose2d.input,
+        aten.conv_transpose3d.input,
+    )
 }
 
 # Mirrors executorch's own list of ops that break when kept out of decomposition

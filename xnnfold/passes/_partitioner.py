@@ -10,7 +10,6 @@ partitions exactly as the stock partitioner does.
 
 from __future__ import annotations
 
-import functools
 import logging
 import weakref
 from typing import Callable, Iterable, Optional, Sequence, Type, Union
@@ -45,6 +44,7 @@ from xnnfold.passes._constants import (
     QUANTIZATION_NAMESPACES,
     REASON_META_KEY,
 )
+from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
 from xnnfold.passes._hook import install_preprocess_hook
 from xnnfold.passes._reasons import (
     collect_why_reasons,
@@ -71,23 +71,11 @@ def folding_configs(
     return [FOLDING_GEMM_CONFIGS.get(config, config) for config in configs]
 
 
-@functools.lru_cache(maxsize=1)
-def _decomposed_ops() -> frozenset[torch._ops.OpOverload]:
-    # The table to_edge_transform_and_lower decomposes with; only ops in it need keeping.
-    from executorch.exir.program._program import _default_decomposition_table
-
-    return frozenset(
-        op
-        for op in _default_decomposition_table()
-        if isinstance(op, torch._ops.OpOverload)
-    )
-
-
 def _keepable(op: torch._ops.OpOverload) -> bool:
     """Ops executorch can keep out of decomposition (no mutation, no aliasing, one
     output: `_remove_invalid_ops_for_not_decompose` drops multi-output ops such as
     `var_mean` with an "aliases output" warning, so asking for them only adds noise)."""
-    if op in PRESERVE_BLOCKLIST or op not in _decomposed_ops():
+    if op in PRESERVE_BLOCKLIST or op not in decomposed_ops():
         return False
     schema = op._schema
     return (
@@ -169,6 +157,14 @@ def _preserved_nodes(
                     preserved[member.name] = op
     _PRESERVED[graph] = (len(graph.nodes), written_buffers, preserved)
     return preserved
+
+
+def _mark_preserved(node: Node) -> None:
+    # Recorded in "custom", the one meta dict the decompositions carry over, so partition()
+    # can check every kept op ended up in a delegate.
+    custom = dict(node.meta.get(CUSTOM_META_KEY) or {})
+    custom[PRESERVED_META_KEY] = True
+    node.meta[CUSTOM_META_KEY] = custom
 
 
 def _contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> bool:
@@ -312,6 +308,11 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         enable_bf16: as for `XnnpackPartitioner`.
         fold: False turns folding off (the stock partitioner's behaviour).
         max_fold_nodes: the largest weight computation to fold.
+        keep_decomposition_filter: always give executorch a per-node filter of the ops
+            to keep undecomposed, as the stock partitioner does. By default the filter
+            is left out when it provably changes nothing (every instance it could see
+            is accepted), which saves executorch two decomposition passes; the program
+            is byte-identical either way. An escape hatch, slower.
 
     Example::
 
@@ -335,6 +336,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         enable_bf16: bool = False,
         fold: bool = True,
         max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
+        keep_decomposition_filter: bool = False,
     ) -> None:
         if max_fold_nodes < 1:
             raise ValueError(
@@ -350,6 +352,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         )
         self.fold = fold
         self.max_fold_nodes = max_fold_nodes
+        # Hand executorch the per-node filter even when it is redundant, as the stock
+        # partitioner does: the same program, lowered more slowly. An escape hatch.
+        self.keep_decomposition_filter = keep_decomposition_filter
         self.rejections: dict[tuple[Node, int], Rejection] = {}
         self._shared_folds: set[str] = set()
         # FQNs of this partitioner's buffers that some method writes (see
@@ -385,28 +390,41 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def ops_to_not_decompose(
         self, ep: ExportedProgram
     ) -> tuple[list[torch._ops.OpOverload], Optional[Callable[[Node], bool]]]:
+        """The stock ops and filter, plus the ops of foldable weight computations.
+
+        When the filter would accept every instance it could be shown (see
+        `filter_is_redundant`), no filter is returned: executorch then keeps the ops
+        without its two extra decomposition passes, and the program is the same.
+        """
         ops, stock_filter = super().ops_to_not_decompose(ep)
-        if not self.fold:
-            return ops, stock_filter
         graph = ep.graph
-        self._note_buffers(ep)
-        preserved = _preserved_nodes(
-            ep, self.max_fold_nodes, frozenset(self._written_buffers)
-        )
-        extra = sorted(set(preserved.values()) - set(ops), key=str)
+        preserved: dict[str, torch._ops.OpOverload] = {}
+        if self.fold:
+            self._note_buffers(ep)
+            preserved = _preserved_nodes(
+                ep, self.max_fold_nodes, frozenset(self._written_buffers)
+            )
+            ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
+
+        def ours(node: Node) -> bool:
+            # Names are unique per graph only: nodes of control-flow submodules may reuse them.
+            return node.graph is graph and node.name in preserved
+
+        def accepts(node: Node) -> bool:
+            return ours(node) or (stock_filter is not None and stock_filter(node))
 
         def filter_fn(node: Node) -> bool:
-            # Names are unique per graph only: nodes of control-flow submodules may reuse them.
-            if node.graph is graph and node.name in preserved:
-                # Recorded in "custom", the one meta dict the decompositions carry over, so
-                # partition() can check every kept op ended up in a delegate.
-                custom = dict(node.meta.get(CUSTOM_META_KEY) or {})
-                custom[PRESERVED_META_KEY] = True
-                node.meta[CUSTOM_META_KEY] = custom
+            if ours(node):
+                _mark_preserved(node)
                 return True
             return stock_filter(node) if stock_filter is not None else False
 
-        return [*ops, *extra], filter_fn
+        if not self.keep_decomposition_filter and filter_is_redundant(ep, ops, accepts):
+            for node in graph.nodes:
+                if ours(node):
+                    _mark_preserved(node)
+            return ops, None
+        return ops, filter_fn
 
     def _note_buffers(self, ep: ExportedProgram) -> None:
         """Record the buffers ``ep`` reads and writes, then refresh `_written_buffers`.

@@ -149,6 +149,7 @@ FOLDING_PARTITIONER_PARAMETERS: Final = (
     "enable_bf16",
     "fold",
     "max_fold_nodes",
+    "keep_decomposition_filter",
 )
 _FOLDING_POSITIONAL: Final = 4
 

@@ -1,0 +1,273 @@
+"""The filter-free decomposition path: taken only when it changes nothing but the time.
+
+`XnnpackFoldingPartitioner.ops_to_not_decompose` returns no per-node filter when
+`filter_is_redundant` proves the filter would accept everything executorch could show it;
+executorch then skips two decomposition passes. These tests pin the proof's one assumption
+(the listed ops decompose to exactly the listed ops), each way the proof must refuse, and
+that the lowered program is byte-identical to the one the filter path gives.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.program._program import _default_decomposition_table
+from torch import nn
+from torch.export import ExportedProgram
+from torch.nn import functional as F
+from torch.nn.utils.parametrizations import weight_norm
+
+import xnnfold.passes._partitioner as partitioner_module
+from tests.conftest import fixture_by_name
+from xnnfold import prepare_for_xnnpack, run_pte
+from xnnfold.fixtures import FIXTURES, LAYERS, NORMS
+from xnnfold.passes import XnnpackFoldingPartitioner
+from xnnfold.passes._constants import (
+    CUSTOM_META_KEY,
+    DECOMPOSES_ONLY_TO,
+    PRESERVED_META_KEY,
+)
+from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
+
+aten = torch.ops.aten
+
+
+# ---------------------------------------------------------------------------------------
+# The assumption: each listed op decomposes, in one step, to exactly the listed ops.
+
+
+class OneOp(nn.Module):
+    def __init__(self, fn: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return self.fn(x, w, b)
+
+
+# (op, function, input shape, weight shape, bias size); each op twice, the second time
+# with stride, dilation or groups, so "whatever the arguments" is exercised.
+ONE_OP_CASES = [
+    (aten.conv1d.default, F.conv1d, (1, 4, 9), (6, 4, 3), 6, {}),
+    (aten.conv1d.default, F.conv1d, (1, 4, 9), (6, 2, 3), 6, {"stride": 2, "dilation": 2, "groups": 2}),
+    (aten.conv2d.default, F.conv2d, (1, 4, 7, 7), (6, 4, 3, 3), 6, {}),
+    (aten.conv2d.default, F.conv2d, (1, 4, 7, 7), (4, 1, 3, 3), 4, {"padding": 1, "groups": 4}),
+    (aten.conv3d.default, F.conv3d, (1, 2, 5, 5, 5), (3, 2, 2, 2, 2), 3, {}),
+    (aten.conv3d.default, F.conv3d, (1, 2, 5, 5, 5), (4, 1, 2, 2, 2), 4, {"stride": 2, "groups": 2}),
+    (aten.conv_transpose1d.default, F.conv_transpose1d, (1, 4, 9), (4, 6, 3), 6, {}),
+    (aten.conv_transpose1d.default, F.conv_transpose1d, (1, 4, 9), (4, 3, 4), 6, {"stride": 2, "padding": 1, "groups": 2}),
+    (aten.conv_transpose2d.input, F.conv_transpose2d, (1, 4, 5, 5), (4, 6, 3, 3), 6, {}),
+    (aten.conv_transpose2d.input, F.conv_transpose2d, (1, 4, 5, 5), (4, 3, 3, 3), 3, {"stride": 2, "output_padding": 1}),
+    (aten.conv_transpose3d.input, F.conv_transpose3d, (1, 2, 3, 3, 3), (2, 3, 2, 2, 2), 3, {}),
+    (aten.conv_transpose3d.input, F.conv_transpose3d, (1, 2, 3, 3, 3), (2, 2, 2, 2, 2), 4, {"stride": 2, "groups": 2}),
+]
+
+
+def test_every_listed_op_has_cases() -> None:
+    assert {case[0] for case in ONE_OP_CASES} == set(DECOMPOSES_ONLY_TO)
+
+
+def _call_targets(ep: ExportedProgram) -> set[object]:
+    return {n.target for n in ep.graph.nodes if n.op == "call_function"}
+
+
+@pytest.mark.parametrize(
+    "op, fn, x_shape, w_shape, bias, kwargs",
+    ONE_OP_CASES,
+    ids=[f"{case[0]}-{i % 2}" for i, case in enumerate(ONE_OP_CASES)],
+)
+def test_listed_op_decomposes_only_to_its_listed_ops(op, fn, x_shape, w_shape, bias, kwargs) -> None:
+    model = OneOp(lambda x, w, b: fn(x, w, b, **kwargs))
+    inputs = (torch.randn(x_shape), torch.randn(w_shape), torch.randn(bias))
+    ep = torch.export.export(model, inputs).run_decompositions({})
+    assert op in _call_targets(ep), "export no longer keeps this op until decomposition"
+    assert op in decomposed_ops()
+    # Only this op's own entry: anything it produced that the table would decompose
+    # further would show here undecomposed.
+    one_step = ep.run_decompositions({op: _default_decomposition_table()[op]})
+    assert _call_targets(one_step) == set(DECOMPOSES_ONLY_TO[op])
+
+
+# ---------------------------------------------------------------------------------------
+# When the partitioner returns no filter, and when it must keep it.
+
+
+class WeightNormConvs(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = weight_norm(nn.Conv1d(4, 8, 3, padding=1))
+        self.b = weight_norm(nn.ConvTranspose1d(8, 4, 4, stride=2, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.tanh(self.a(x)))
+
+
+class WithActivationMatmul(WeightNormConvs):
+    """`matmul` decomposes to mm, bmm or mv depending on ranks: it could create kept ops."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return y @ y.transpose(1, 2)
+
+
+class WithActivationLinear(WeightNormConvs):
+    """A linear whose weight is an activation: the stock filter rejects it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return F.linear(y, y[0])
+
+
+class WithCond(WeightNormConvs):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return torch.cond(y.sum() > 0, lambda t: t * 2, lambda t: t - 1, (y,))
+
+
+def _aten_program(model: nn.Module, x: torch.Tensor) -> ExportedProgram:
+    # What executorch hands ops_to_not_decompose: the exported program, functionalized.
+    return torch.export.export(prepare_for_xnnpack(model.eval()), (x,)).run_decompositions({})
+
+
+X = torch.randn(1, 4, 10)
+
+
+def test_no_filter_for_weight_norm_convs() -> None:
+    ops, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(_aten_program(WeightNormConvs(), X))
+    assert filter_fn is None
+    assert aten._weight_norm.default in ops
+
+
+def test_kept_nodes_are_marked_without_a_filter() -> None:
+    ep = _aten_program(WeightNormConvs(), X)
+    XnnpackFoldingPartitioner().ops_to_not_decompose(ep)
+    kept = [n for n in ep.graph.nodes if n.target is aten._weight_norm.default]
+    assert len(kept) == 2
+    assert all(n.meta[CUSTOM_META_KEY][PRESERVED_META_KEY] for n in kept)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [WithActivationMatmul, WithActivationLinear, WithCond],
+    ids=["decomposed-op-could-create-kept-ops", "kept-op-rejected", "control-flow"],
+)
+def test_filter_kept_when_it_could_matter(model: type[nn.Module]) -> None:
+    _, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(_aten_program(model(), X))
+    assert callable(filter_fn)
+
+
+def test_filter_is_redundant_changes_nothing() -> None:
+    ep = _aten_program(WeightNormConvs(), X)
+    code = ep.graph_module.code
+    metas = [dict(n.meta) for n in ep.graph.nodes]
+    assert filter_is_redundant(ep, [aten._weight_norm.default], lambda node: True)
+    assert ep.graph_module.code == code
+    assert [dict(n.meta) for n in ep.graph.nodes] == metas
+
+
+def test_rejected_instance_refuses() -> None:
+    ep = _aten_program(WeightNormConvs(), X)
+    assert not filter_is_redundant(ep, [aten._weight_norm.default], lambda node: False)
+
+
+def test_op_without_a_known_decomposition_refuses() -> None:
+    ep = _aten_program(WithActivationMatmul(), X)
+    assert aten.matmul.default in _call_targets(ep)
+    assert not filter_is_redundant(ep, [aten._weight_norm.default], lambda node: True)
+
+
+def test_listed_op_producing_a_kept_op_refuses() -> None:
+    # A partitioner that keeps convolution itself: conv1d would create instances.
+    ep = _aten_program(WeightNormConvs(), X)
+    assert not filter_is_redundant(
+        ep, [aten._weight_norm.default, aten.convolution.default], lambda node: True
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The program is the one the filter path gives, byte for byte, and runs like eager.
+
+
+def _lower_both(
+    model_fn: Callable[[], nn.Module], inputs: tuple[torch.Tensor, ...], monkeypatch
+) -> tuple[bytes, bytes, bool]:
+    """The program lowered as shipped and with the filter kept, and whether the shortcut
+    was taken as shipped (the first question executorch asks decides)."""
+
+    def lower(**options: bool) -> bytes:
+        ep = torch.export.export(prepare_for_xnnpack(model_fn().eval()), inputs)
+        partitioner = XnnpackFoldingPartitioner(**options)
+        return to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer
+
+    taken: list[bool] = []
+    real = partitioner_module.filter_is_redundant
+
+    def recording(*args: object) -> bool:
+        taken.append(real(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(partitioner_module, "filter_is_redundant", recording)
+    fast = lower()
+    monkeypatch.setattr(partitioner_module, "filter_is_redundant", real)
+    filtered = lower(keep_decomposition_filter=True)
+    return fast, filtered, bool(taken) and taken[0]
+
+
+def test_escape_hatch_keeps_the_filter() -> None:
+    partitioner = XnnpackFoldingPartitioner(keep_decomposition_filter=True)
+    _, filter_fn = partitioner.ops_to_not_decompose(_aten_program(WeightNormConvs(), X))
+    assert callable(filter_fn)
+
+
+GRID = [
+    (norm, layer)
+    for norm in NORMS
+    for layer in LAYERS
+    if not (norm == "weight_norm_dim2" and layer == "linear")
+]
+FAST_LAYERS = ("conv1d", "conv_transpose2d", "linear")
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize(
+    "norm, layer",
+    [
+        pytest.param(n, l, marks=() if l in FAST_LAYERS else pytest.mark.slow)
+        for n, l in GRID
+    ],
+    ids=[f"{n}-{l}" for n, l in GRID],
+)
+def test_same_program_as_filter_path_grid(norm: str, layer: str, monkeypatch) -> None:
+    fixture = fixture_by_name(f"{norm}-{layer}")
+    inputs = fixture.inputs()
+    fast, filtered, taken = _lower_both(fixture.model, inputs, monkeypatch)
+    assert taken, "every norm on every layer kind should lower without the filter"
+    assert fast == filtered
+    model = fixture.model()
+    torch.testing.assert_close(run_pte(fast, inputs)[0], model(*inputs), rtol=1e-4, atol=1e-5)
+
+
+FAST_FIXTURES = ("pos_conv_small", "wn_conv_stack", "spectral_mlp", "hifigan_generator")
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=() if n in FAST_FIXTURES else pytest.mark.slow) for n in FIXTURES],
+)
+def test_same_program_as_filter_path_fixtures(name: str, monkeypatch) -> None:
+    fixture = FIXTURES[name]
+    fast, filtered, taken = _lower_both(fixture.model, fixture.inputs(), monkeypatch)
+    # Fixtures with activation matmuls, transposes or layer norms keep the filter; the
+    # program must match either way.
+    assert fast == filtered
+
+
+def test_shortcut_is_taken_on_the_vocoder(monkeypatch) -> None:
+    # The benchmark's HiFi-GAN fixture: the case the shortcut exists for.
+    ep = torch.export.export(prepare_for_xnnpack(FIXTURES["hifigan_generator"].model()), FIXTURES["hifigan_generator"].inputs())
+    _, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(ep.run_decompositions({}))
+    assert filter_fn is None

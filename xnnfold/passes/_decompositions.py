@@ -1,0 +1,90 @@
+"""When executorch can keep a partitioner's ops out of decomposition without a per-node filter.
+
+`to_edge_transform_and_lower` has two ways to keep the ops a partitioner asks for. With a
+per-node filter (what the stock XNNPACK partitioner returns) it decomposes the program
+twice more: once with the kept ops left out of the table, once more after wrapping the
+instances the filter accepts in the EDGE_DO_NOT_DECOMP namespace, then unwraps them.
+Without a filter it keeps every instance and decomposes at most once. On a model whose
+weights are computed (the HiFi-GAN fixture), those two extra passes over the larger graph
+are most of what lowering costs beyond lowering the hand-folded model.
+
+The two ways give the same program when the filter would accept every instance it is
+shown. `filter_is_redundant` proves that from the program the partitioner is asked about:
+every kept op already in the graph is accepted (and not one executorch would refuse to
+keep), and nothing else the decompositions rewrite can produce a kept op. The folding
+partitioner then returns no filter; otherwise it returns its filter and nothing changes.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Collection
+
+import torch
+from executorch.exir.graph_module import get_control_flow_submodules
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from xnnfold.passes._constants import DECOMPOSES_ONLY_TO
+from xnnfold.passes._predicates import op_overload
+
+__all__ = ["decomposed_ops", "filter_is_redundant"]
+
+
+@functools.lru_cache(maxsize=1)
+def decomposed_ops() -> frozenset[torch._ops.OpOverload]:
+    """The ops of the table `to_edge_transform_and_lower` decomposes with."""
+    from executorch.exir.program._program import _default_decomposition_table
+
+    return frozenset(
+        op
+        for op in _default_decomposition_table()
+        if isinstance(op, torch._ops.OpOverload)
+    )
+
+
+def _kept_by_executorch(ops: Collection[torch._ops.OpOverload]) -> bool:
+    """True when executorch's filter path would keep every op in ``ops`` (it drops ops
+    that alias their output or break in the EDGE_DO_NOT_DECOMP namespace; the path
+    without a filter does not)."""
+    if not ops:
+        return True
+    from executorch.exir.program._program import (
+        _remove_invalid_ops_for_not_decompose,
+    )
+
+    return set(_remove_invalid_ops_for_not_decompose(list(ops))) == set(ops)
+
+
+def filter_is_redundant(
+    ep: ExportedProgram,
+    ops: Collection[torch._ops.OpOverload],
+    accepts: Callable[[Node], bool],
+) -> bool:
+    """True when keeping every instance of ``ops`` gives the program that keeping only
+    the instances ``accepts`` admits would give.
+
+    Pure: reads ``ep`` and calls ``accepts``, changes nothing.
+    """
+    if get_control_flow_submodules(ep.graph_module):
+        # Decompositions inside branches and loop bodies are not worth proving here.
+        return False
+    kept = set(ops)
+    decomposed = decomposed_ops()
+    present: set[torch._ops.OpOverload] = set()
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        op = op_overload(node.target)
+        if op is None:
+            continue
+        if op in kept:
+            if not accepts(node):
+                return False
+            present.add(op)
+        elif op in decomposed:
+            produced = DECOMPOSES_ONLY_TO.get(op)
+            if produced is None or not produced.isdisjoint(kept):
+                # Its decomposition could create an instance the filter never judged.
+                return False
+    return _kept_by_executorch(present)

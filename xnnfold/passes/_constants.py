@@ -153,21 +153,27 @@ ATEN_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
     aten.matmul.default: (1,),
 }
 
-# Ops that executorch's decomposition table turns into exactly these ops, in one step and
-# whatever the arguments. When nothing else in a graph needs decomposing, no kept op can
-# appear during decomposition, so the partitioner's per-node filter has nothing new to
-# judge (see `_decompositions.filter_is_redundant`). tests/test_decompositions.py traces
-# each entry against the installed torch.
+# Every op that can appear while executorch's decomposition table rewrites the key, for any
+# arguments (the key's own step and, for an op that step produces which the table rewrites
+# again, that op's entry too). When every op a graph needs decomposed is a key whose ops are
+# none of the kept ones, no kept op can appear during decomposition, so the partitioner's
+# per-node filter has nothing new to judge (see `_decompositions.filter_is_redundant`).
+# tests/test_decompositions.py traces each key against the installed torch.
+_CONVOLUTION: Final = frozenset({aten.convolution.default})
 DECOMPOSES_ONLY_TO: Final[dict[object, frozenset[object]]] = {
-    op: frozenset({aten.convolution.default})
-    for op in (
-        aten.conv1d.default,
-        aten.conv2d.default,
-        aten.conv3d.default,
-        aten.conv_transpose1d.default,
-        aten.conv_transpose2d.input,
-        aten.conv_transpose3d.input,
-    )
+    aten.conv1d.default: _CONVOLUTION,
+    aten.conv2d.default: _CONVOLUTION,
+    aten.conv3d.default: _CONVOLUTION,
+    aten.conv_transpose1d.default: _CONVOLUTION,
+    aten.conv_transpose2d.input: _CONVOLUTION,
+    aten.conv_transpose3d.input: _CONVOLUTION,
+    aten.transpose.int: frozenset({aten.permute.default, aten.alias.default}),
+    aten.t.default: frozenset({aten.transpose.int, aten.permute.default, aten.alias.default}),
+    aten._unsafe_view.default: frozenset({aten.view.default}),
+    aten.layer_norm.default: frozenset({aten.native_layer_norm.default, GETITEM}),
+    aten.softmax.int: frozenset({aten._softmax.default, aten._to_copy.default}),
+    aten.square.default: frozenset({aten.pow.Tensor_Scalar}),
+    aten.clamp_min.default: frozenset({aten.clamp.default}),
 }
 
 # Mirrors executorch's own list of ops that break when kept out of decomposition

@@ -24,10 +24,16 @@ __all__ = [
     "EDGE_GEMM_ARGS",
     "EDGE_NO_DECOMP_NAMESPACE",
     "FOLD_META_KEY",
+    "GEMM_ARGS",
     "GEMM_ARGS_BY_NAME",
     "FILL_OPS",
     "FOLDABLE_NAMESPACES",
     "DECOMPOSES_ONLY_TO",
+    "DELEGATION_TAG_META_KEY",
+    "NN_MODULE_STACK_META_KEY",
+    "PROVENANCE_META_KEYS",
+    "STACK_TRACE_META_KEY",
+    "VAL_META_KEY",
     "PRESERVE_BLOCKLIST",
     "PRESERVED_META_KEY",
     "QUANTIZATION_NAMESPACES",
@@ -52,6 +58,19 @@ FOLD_META_KEY: Final = "xnnfold_fold"
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
 # On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
 REASON_META_KEY: Final = "xnnfold_reason"
+
+# torch.fx and executorch's own keys.
+VAL_META_KEY: Final = "val"
+NN_MODULE_STACK_META_KEY: Final = "nn_module_stack"
+STACK_TRACE_META_KEY: Final = "stack_trace"
+DELEGATION_TAG_META_KEY: Final = "delegation_tag"
+# What a folded constant inherits from the root of its computation, so that `explain`,
+# error messages and debug tools still name the module the weight came from.
+PROVENANCE_META_KEYS: Final = (
+    CUSTOM_META_KEY,
+    NN_MODULE_STACK_META_KEY,
+    STACK_TRACE_META_KEY,
+)
 
 # The loggers the stock XNNPACK configs report `WhyNoPartition` reasons to (at DEBUG).
 STOCK_WHY_LOGGERS: Final = (
@@ -151,6 +170,14 @@ ATEN_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
     aten.addmm.default: (2, 0),
     aten.mm.default: (1,),
     aten.matmul.default: (1,),
+}
+
+# Every GEMM the passes look at, ATen or edge, with its weight and bias positions (none for
+# a product of two activations). `explain` matches by name instead, for out variants.
+GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
+    **EDGE_GEMM_ARGS,
+    **ATEN_GEMM_ARGS,
+    **{op: () for op in EDGE_ACTIVATION_GEMMS},
 }
 
 # Every op that can appear while executorch's decomposition table rewrites the key, for any

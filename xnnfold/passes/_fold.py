@@ -31,6 +31,8 @@ from xnnfold.passes._constants import (
     DEFAULT_MAX_FOLD_NODES,
     EDGE_GEMM_ARGS,
     FOLD_META_KEY,
+    PROVENANCE_META_KEYS,
+    VAL_META_KEY,
 )
 from xnnfold.passes._predicates import (
     computation_key,
@@ -129,7 +131,7 @@ def _evaluate(
             f"xnnfold: the {computation.role} of '{computation.gemm.name}' evaluated to "
             f"{type(value).__name__}, expected a tensor"
         )
-    expected = computation.root.meta.get("val")
+    expected = computation.root.meta.get(VAL_META_KEY)
     if isinstance(expected, torch.Tensor) and (
         tuple(expected.shape) != tuple(value.shape) or expected.dtype != value.dtype
     ):
@@ -145,7 +147,7 @@ def _reshaped_in_place(computation: WeightComputation) -> bool:
     """XNNPACK's Conv1dUnsqueezePass reshapes a 1D convolution's weight constant in
     place, so two 1D convolutions must not share one (stock lowering of a hand-folded
     Conv1d called twice fails on exactly that)."""
-    val = computation.root.meta.get("val")
+    val = computation.root.meta.get(VAL_META_KEY)
     return (
         computation.role == "weight"
         and computation.gemm.target is _CONVOLUTION
@@ -161,7 +163,7 @@ def _taken_names(ep: ExportedProgram) -> set[str]:
 def _is_matrix_transpose(node: Node) -> bool:
     if node.op != "call_function" or node.target not in _TRANSPOSES:
         return False
-    val = node.meta.get("val")
+    val = node.meta.get(VAL_META_KEY)
     if not isinstance(val, torch.Tensor) or val.dim() != 2:
         return False
     return node.target is not _PERMUTE or list(node.args[1]) in ([1, 0], [-1, -2], [1, -2], [-1, 0])
@@ -261,7 +263,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
             {
                 k: v
                 for k, v in computation.root.meta.items()
-                if k in ("custom", "nn_module_stack", "stack_trace")
+                if k in PROVENANCE_META_KEYS
             }
         )
         return folded

@@ -37,23 +37,25 @@ from xnnfold.passes._constants import (
     ATEN_GEMM_ARGS,
     CUSTOM_META_KEY,
     DEFAULT_MAX_FOLD_NODES,
+    DELEGATION_TAG_META_KEY,
     EDGE_GEMM_ARGS,
     FOLD_META_KEY,
-    PRESERVE_BLOCKLIST,
     PRESERVED_META_KEY,
+    PRESERVE_BLOCKLIST,
     QUANTIZATION_NAMESPACES,
     REASON_META_KEY,
+    VAL_META_KEY,
 )
 from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
 from xnnfold.passes._hook import install_preprocess_hook
 from xnnfold.passes._reasons import (
     collect_why_reasons,
-    is_gemm,
     module_path,
     reads_parameters,
 )
 from xnnfold.passes._predicates import (
     find_weight_computation,
+    is_gemm,
     op_overload,
     Rejection,
     WeightComputation,
@@ -86,7 +88,7 @@ def _keepable(op: torch._ops.OpOverload) -> bool:
 
 
 def _float32(node: object) -> bool:
-    val = node.meta.get("val") if isinstance(node, Node) else None
+    val = node.meta.get(VAL_META_KEY) if isinstance(node, Node) else None
     return isinstance(val, torch.Tensor) and val.dtype == torch.float32
 
 
@@ -99,13 +101,13 @@ def _aten_gemm_delegable(node: Node) -> bool:
     weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
     if not isinstance(weight, Node) or not _float32(weight):
         return False
-    rank = weight.meta["val"].dim()
+    rank = weight.meta[VAL_META_KEY].dim()
     activation = node.args[1] if node.target is torch.ops.aten.addmm.default else node.args[0]
     if not _float32(activation):
         return False
     if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
         return rank == 2
-    act = activation.meta["val"]
+    act = activation.meta[VAL_META_KEY]
     if node.target in (torch.ops.aten.matmul.default, torch.ops.aten.linear.default):
         # On a non-contiguous batched activation (x.movedim(1, -1)) torch decomposes both
         # into expand + bmm, and executorch does not keep the linear: nothing would take
@@ -478,7 +480,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 node.op == "call_function"
                 and isinstance(custom, dict)
                 and custom.get(PRESERVED_META_KEY)
-                and "delegation_tag" not in node.meta
+                and DELEGATION_TAG_META_KEY not in node.meta
             ):
                 written = self._written_buffers_read_by(node, ep)
                 if written:
@@ -542,7 +544,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             if not is_gemm(node):
                 continue
             rejection = declined.get(node)
-            if "delegation_tag" in node.meta:
+            if DELEGATION_TAG_META_KEY in node.meta:
                 if rejection is not None:
                     # Delegated with a weight XNNPACK reads at run time (fully-connected
                     # ops take one): correct and fast, but not folded; say why.

@@ -28,17 +28,17 @@ from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold.passes._constants import (
-    ATEN_GEMM_ARGS,
     CUSTOM_META_KEY,
     DEFAULT_MAX_FOLD_NODES,
-    EDGE_GEMM_ARGS,
     EDGE_NO_DECOMP_NAMESPACE,
     EXTERNAL_TAG_KEYS,
     FILL_OPS,
     FOLDABLE_NAMESPACES,
+    GEMM_ARGS,
     GETITEM,
     SITE_META_KEY,
     UNFOLDABLE_OPS,
+    VAL_META_KEY,
 )
 
 __all__ = [
@@ -49,6 +49,8 @@ __all__ = [
     "computation_key",
     "external_tag",
     "find_weight_computation",
+    "gemm_positions",
+    "is_gemm",
     "op_overload",
     "site_of",
 ]
@@ -225,7 +227,7 @@ def _op_problem(node: Node) -> Optional[str]:
         return f"'{node.name}' calls {op}, which is random"
     if op in UNFOLDABLE_OPS:
         return f"'{node.name}' calls {op}, whose value is not a function of its inputs"
-    val = node.meta.get("val")
+    val = node.meta.get(VAL_META_KEY)
     vals = val if isinstance(val, (tuple, list)) else (val,)
     for v in vals:
         if isinstance(v, torch.Tensor) and free_symbols(v):
@@ -233,15 +235,21 @@ def _op_problem(node: Node) -> Optional[str]:
     return None
 
 
-def _gemm_positions(node: Node) -> Optional[tuple[int, ...]]:
+def gemm_positions(node: Node) -> Optional[tuple[int, ...]]:
+    """The weight and bias positions of a GEMM (ATen or edge; empty for a product of two
+    activations), or None when ``node`` is not one."""
     if node.op != "call_function":
         return None
-    return EDGE_GEMM_ARGS.get(node.target) or ATEN_GEMM_ARGS.get(node.target)
+    return GEMM_ARGS.get(node.target)
+
+
+def is_gemm(node: Node) -> bool:
+    return gemm_positions(node) is not None
 
 
 def _used_as_gemm_weight(value: Node, user: Node) -> bool:
     """True when ``user`` is a GEMM that reads ``value`` only as its weight or bias."""
-    positions = _gemm_positions(user)
+    positions = gemm_positions(user)
     if positions is None or value in user.kwargs.values():
         return False
     uses = [i for i, arg in enumerate(user.args) if arg is value]
@@ -263,7 +271,7 @@ _MAX_VALUE_KEY_NUMEL = 64
 
 
 def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
-    val = node.meta.get("val")
+    val = node.meta.get(VAL_META_KEY)
     if not isinstance(val, torch.Tensor) or val.numel() > _MAX_VALUE_KEY_NUMEL:
         return None
     # Scalars lifted by to_edge are non-persistent buffers; either way, only values the
@@ -371,7 +379,7 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
 def _nbytes(node: Node, float_itemsize: Optional[int] = None) -> Optional[int]:
     """Bytes of ``node``'s value; with ``float_itemsize``, a floating-point value counts as
     if stored at that element size (integer data keeps its own: int8 is compression)."""
-    val = node.meta.get("val")
+    val = node.meta.get(VAL_META_KEY)
     if not isinstance(val, torch.Tensor) or free_symbols(val):
         return None
     if float_itemsize is not None and val.dtype.is_floating_point:
@@ -600,7 +608,7 @@ def find_weight_computation(
     # for XNNPACK's quantized GEMMs rather than a 4x larger fp32 fold. Fill ops count as
     # sources (see FILL_OPS). What stays declined is growth in elements: a low-rank
     # product without its base weight, an expand()ed or repeat()ed kernel.
-    itemsize = root.meta["val"].element_size()
+    itemsize = root.meta[VAL_META_KEY].element_size()
     freed = sum(_nbytes(s, itemsize) or 0 for s in freed_sources) + sum(
         _nbytes(n, itemsize) or 0 for n in nodes if _fill_op(n)
     )

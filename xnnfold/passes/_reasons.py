@@ -18,14 +18,10 @@ from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._constants import (
-    ATEN_GEMM_ARGS,
-    EDGE_ACTIVATION_GEMMS,
-    EDGE_GEMM_ARGS,
-    STOCK_WHY_LOGGERS,
-)
+from xnnfold.passes._constants import NN_MODULE_STACK_META_KEY, STOCK_WHY_LOGGERS
+from xnnfold.passes._predicates import is_gemm
 
-__all__ = ["collect_why_reasons", "is_gemm", "module_path", "reads_parameters"]
+__all__ = ["collect_why_reasons", "module_path", "reads_parameters"]
 
 # The walk behind a run-time weight only looks for a parameter a few ops away; a weight
 # that is an activation reaches parameters only through other GEMMs, where the walk stops.
@@ -33,17 +29,9 @@ _MAX_WALK = 256
 ROOT_MODULE: str = "<root>"
 
 
-def is_gemm(node: Node) -> bool:
-    return node.op == "call_function" and (
-        node.target in EDGE_GEMM_ARGS
-        or node.target in ATEN_GEMM_ARGS
-        or node.target in EDGE_ACTIVATION_GEMMS
-    )
-
-
 def module_path(node: Node) -> str:
     """The path of the innermost module that called ``node`` ("<root>" for the model)."""
-    stack = node.meta.get("nn_module_stack")
+    stack = node.meta.get(NN_MODULE_STACK_META_KEY)
     if not stack:
         return ROOT_MODULE
     path = list(stack.values())[-1][0]

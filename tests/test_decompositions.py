@@ -16,9 +16,9 @@ import torch
 from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.program._program import _default_decomposition_table
 from torch import nn
-from torch.export import ExportedProgram
+from torch.export import Dim, ExportedProgram
 from torch.nn import functional as F
-from torch.nn.utils.parametrizations import weight_norm
+from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
 import xnnfold.passes._partitioner as partitioner_module
 from tests.conftest import fixture_by_name
@@ -46,6 +46,11 @@ class OneOp(nn.Module):
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
         return self.fn(*args)
+
+
+class TwoOperands(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, b) + 1
 
 
 def _conv(fn: Callable[..., torch.Tensor], **kwargs: int) -> Callable[..., torch.Tensor]:
@@ -85,6 +90,50 @@ ONE_OP_CASES = [
     (aten.square.default, torch.square, (torch.arange(6).reshape(2, 3),)),
     (aten.clamp_min.default, lambda x: torch.clamp_min(x, 0.1), (_r(2, 3),)),
     (aten.clamp_min.default, lambda x: torch.clamp_min(x, 2), (torch.arange(6),)),
+    (aten.squeeze.dim, lambda x: x.squeeze(1) + 1, (_r(3, 1, 4),)),
+    (aten.squeeze.dim, lambda x: x.squeeze(0) + 1, (_r(3, 2),)),
+    (aten.split.Tensor, lambda x: x.split(2, 1)[0] + 1, (_r(3, 5),)),
+    (aten.split.Tensor, lambda x: x.split(3, 0)[1] + 1, (_r(6, 2),)),
+    (aten.mv.default, lambda a, b: torch.mv(a, b) + 1, (_r(3, 4), _r(4))),
+    (aten.mv.default, lambda a, b: torch.mv(a.t(), b) + 1, (_r(4, 3), _r(4))),
+    (aten.dot.default, lambda a, b: torch.dot(a, b) + 1, (_r(4), _r(4))),
+    (aten.dot.default, lambda a, b: torch.dot(a[::2], b) + 1, (_r(8), _r(4))),
+    (aten.sum.default, lambda x: x.sum() + 1, (_r(3, 4),)),
+    (aten.sum.default, lambda x: x.sum() + 1, (torch.arange(6),)),
+    *(
+        (aten.matmul.default, lambda a, b: torch.matmul(a, b) + 1, (a, b))
+        for a, b in [
+            (_r(4), _r(4)),
+            (_r(4), _r(4, 5)),
+            (_r(4), _r(2, 4, 5)),
+            (_r(4), _r(2, 2, 4, 5)),
+            (_r(3, 4), _r(4)),
+            (_r(3, 4), _r(4, 5)),
+            (_r(3, 4), _r(2, 4, 5)),
+            (_r(2, 3, 4), _r(4)),
+            (_r(2, 3, 4), _r(4, 5)),
+            (_r(2, 3, 4), _r(2, 4, 5)),
+            (_r(2, 3, 4), _r(2, 2, 4, 5)),
+            (_r(2, 2, 3, 4), _r(4)),
+            (_r(2, 2, 3, 4), _r(4, 5)),
+            (_r(2, 1, 3, 4), _r(3, 4, 5)),
+            (_r(1, 3, 4), _r(2, 4, 5)),
+            # Non-contiguous activations take the expand + bmm path.
+            (_r(2, 4, 3).transpose(1, 2), _r(4, 5)),
+            (_r(2, 4, 3).transpose(1, 2), _r(4)),
+            (_r(2, 2, 4, 3).transpose(-1, -2), _r(4, 5)),
+        ]
+    ),
+]
+
+
+# Dynamic sizes change which branch matmul takes (and add shape arithmetic).
+DYNAMIC_MATMUL_CASES = [
+    ((_r(2, 3, 4), _r(4, 5)), ({0: Dim("b", min=2, max=64)}, None)),
+    ((_r(2, 3, 4), _r(2, 4, 5)), ({0: Dim("b", min=2, max=64)}, {0: Dim("b", min=2, max=64)})),
+    ((_r(3, 4), _r(4)), ({0: Dim("n", min=2, max=64)}, None)),
+    ((_r(4), _r(2, 4, 5)), (None, {0: Dim("b", min=2, max=64)})),
+    ((_r(2, 2, 3, 4), _r(4, 5)), ({0: Dim("b", min=2, max=64), 2: Dim("l", min=2, max=64)}, None)),
 ]
 
 
@@ -96,6 +145,22 @@ def _call_targets(ep: ExportedProgram) -> set[object]:
     return {n.target for n in ep.graph.nodes if n.op == "call_function"}
 
 
+_SHAPE_ARITHMETIC = (aten.sym_size.int, aten.sym_numel.default, aten.sym_stride.int)
+
+
+def _products(ep: ExportedProgram, op: torch._ops.OpOverload) -> set[object]:
+    """The ops one decomposition step of ``op`` adds to ``ep`` (shape arithmetic aside)."""
+    assert op in _call_targets(ep), "export no longer keeps this op until decomposition"
+    before = _call_targets(ep) - {op}
+    # Only this op's own entry: whatever it produces shows here, undecomposed.
+    one_step = ep.run_decompositions({op: _default_decomposition_table()[op]})
+    return {
+        t
+        for t in _call_targets(one_step) - before
+        if isinstance(t, torch._ops.OpOverload) and t not in _SHAPE_ARITHMETIC
+    }
+
+
 @pytest.mark.parametrize(
     "op, fn, inputs",
     ONE_OP_CASES,
@@ -103,13 +168,15 @@ def _call_targets(ep: ExportedProgram) -> set[object]:
 )
 def test_listed_op_decomposes_only_to_its_listed_ops(op, fn, inputs) -> None:
     ep = torch.export.export(OneOp(fn), inputs).run_decompositions({})
-    assert op in _call_targets(ep), "export no longer keeps this op until decomposition"
     assert op in decomposed_ops()
-    before = _call_targets(ep) - {op}
-    # Only this op's own entry: whatever it produces shows here, undecomposed.
-    one_step = ep.run_decompositions({op: _default_decomposition_table()[op]})
-    produced = _call_targets(one_step) - before
-    assert produced <= DECOMPOSES_ONLY_TO[op]
+    assert _products(ep, op) <= DECOMPOSES_ONLY_TO[op]
+
+
+@pytest.mark.parametrize("inputs, dynamic_shapes", DYNAMIC_MATMUL_CASES, ids=str)
+def test_matmul_with_dynamic_sizes_decomposes_only_to_its_listed_ops(inputs, dynamic_shapes) -> None:
+    ep = torch.export.export(TwoOperands(), inputs, dynamic_shapes=dynamic_shapes)
+    ep = ep.run_decompositions({})
+    assert _products(ep, aten.matmul.default) <= DECOMPOSES_ONLY_TO[aten.matmul.default]
 
 
 @pytest.mark.parametrize("op", list(DECOMPOSES_ONLY_TO), ids=str)
@@ -137,11 +204,31 @@ class WeightNormConvs(nn.Module):
 
 
 class WithActivationMatmul(WeightNormConvs):
-    """`matmul` decomposes to mm, bmm or mv depending on ranks: it could create kept ops."""
+    """`matmul` decomposes to mm, bmm or mv depending on ranks; nothing kept is among them."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = super().forward(x)
         return y @ y.transpose(1, 2)
+
+
+class SpectralWithActivationMatmul(nn.Module):
+    """spectral_norm's fold keeps `mv`, which an activation `matmul` could decompose into."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = spectral_norm(nn.Linear(10, 10))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.proj(x)
+        return y @ y.transpose(1, 2)
+
+
+class WithActivationNorm(WeightNormConvs):
+    """`linalg_vector_norm` is not listed: what it decomposes to depends on `ord`."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().forward(x)
+        return y / y.norm(dim=1, keepdim=True)
 
 
 class WithActivationLinear(WeightNormConvs):
@@ -166,6 +253,12 @@ def _aten_program(model: nn.Module, x: torch.Tensor) -> ExportedProgram:
 X = torch.randn(1, 4, 10)
 
 
+def test_no_filter_with_an_activation_matmul() -> None:
+    ep = _aten_program(WithActivationMatmul(), X)
+    assert aten.matmul.default in _call_targets(ep)
+    assert XnnpackFoldingPartitioner().ops_to_not_decompose(ep)[1] is None
+
+
 def test_no_filter_for_weight_norm_convs() -> None:
     ops, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(_aten_program(WeightNormConvs(), X))
     assert filter_fn is None
@@ -182,8 +275,8 @@ def test_kept_nodes_are_marked_without_a_filter() -> None:
 
 @pytest.mark.parametrize(
     "model",
-    [WithActivationMatmul, WithActivationLinear, WithCond],
-    ids=["decomposed-op-could-create-kept-ops", "kept-op-rejected", "control-flow"],
+    [SpectralWithActivationMatmul, WithActivationNorm, WithActivationLinear, WithCond],
+    ids=["decomposed-op-could-create-kept-ops", "unlisted-decomposition", "kept-op-rejected", "control-flow"],
 )
 def test_filter_kept_when_it_could_matter(model: type[nn.Module]) -> None:
     _, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(_aten_program(model(), X))
@@ -205,8 +298,8 @@ def test_rejected_instance_refuses() -> None:
 
 
 def test_op_without_a_known_decomposition_refuses() -> None:
-    ep = _aten_program(WithActivationMatmul(), X)
-    assert aten.matmul.default in _call_targets(ep)
+    ep = _aten_program(WithActivationNorm(), X)
+    assert aten.linalg_vector_norm.default in _call_targets(ep)
     assert not filter_is_redundant(ep, [aten._weight_norm.default], lambda node: True)
 
 

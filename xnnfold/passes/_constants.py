@@ -185,8 +185,33 @@ GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
 # again, that op's entry too). When every op a graph needs decomposed is a key whose ops are
 # none of the kept ones, no kept op can appear during decomposition, so the partitioner's
 # per-node filter has nothing new to judge (see `_decompositions.filter_is_redundant`).
+# Shape arithmetic (`sym_size`, operators on SymInts) is left out: no partitioner keeps it.
 # tests/test_decompositions.py traces each key against the installed torch.
 _CONVOLUTION: Final = frozenset({aten.convolution.default})
+_MV: Final = frozenset({aten.mul.Tensor, aten.sum.dim_IntList})
+_SUM: Final = frozenset({aten.sum.dim_IntList})
+_DOT: Final = frozenset({aten.mul.Tensor, aten.sum.default}) | _SUM
+_TRANSPOSE: Final = frozenset({aten.permute.default, aten.alias.default})
+# By operand ranks and strides: dot, mv, mm or bmm, with views, expands and copies around.
+_MATMUL: Final = frozenset(
+    {
+        aten.dot.default,
+        aten.mv.default,
+        aten.mm.default,
+        aten.bmm.default,
+        aten.view.default,
+        aten._unsafe_view.default,
+        aten.expand.default,
+        aten.clone.default,
+        aten.unsqueeze.default,
+        aten.squeeze.dim,
+        aten.squeeze.dims,
+        aten.transpose.int,
+    }
+    | _MV
+    | _DOT
+    | _TRANSPOSE
+)
 DECOMPOSES_ONLY_TO: Final[dict[object, frozenset[object]]] = {
     aten.conv1d.default: _CONVOLUTION,
     aten.conv2d.default: _CONVOLUTION,
@@ -194,13 +219,19 @@ DECOMPOSES_ONLY_TO: Final[dict[object, frozenset[object]]] = {
     aten.conv_transpose1d.default: _CONVOLUTION,
     aten.conv_transpose2d.input: _CONVOLUTION,
     aten.conv_transpose3d.input: _CONVOLUTION,
-    aten.transpose.int: frozenset({aten.permute.default, aten.alias.default}),
-    aten.t.default: frozenset({aten.transpose.int, aten.permute.default, aten.alias.default}),
+    aten.transpose.int: _TRANSPOSE,
+    aten.t.default: frozenset({aten.transpose.int}) | _TRANSPOSE,
     aten._unsafe_view.default: frozenset({aten.view.default}),
     aten.layer_norm.default: frozenset({aten.native_layer_norm.default, GETITEM}),
     aten.softmax.int: frozenset({aten._softmax.default, aten._to_copy.default}),
     aten.square.default: frozenset({aten.pow.Tensor_Scalar}),
     aten.clamp_min.default: frozenset({aten.clamp.default}),
+    aten.squeeze.dim: frozenset({aten.squeeze.dims}),
+    aten.split.Tensor: frozenset({aten.split_with_sizes.default}),
+    aten.mv.default: _MV,
+    aten.dot.default: _DOT,
+    aten.sum.default: _SUM,
+    aten.matmul.default: _MATMUL,
 }
 
 # Mirrors executorch's own list of ops that break when kept out of decomposition

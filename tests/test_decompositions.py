@@ -395,3 +395,11 @@ def test_shortcut_is_taken_on_the_vocoder(monkeypatch) -> None:
     ep = torch.export.export(prepare_for_xnnpack(FIXTURES["hifigan_generator"].model()), FIXTURES["hifigan_generator"].inputs())
     _, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(ep.run_decompositions({}))
     assert filter_fn is None
+
+
+def test_refuses_without_executorchs_private_helper(monkeypatch) -> None:
+    import executorch.exir.program._program as program_module
+
+    ep = _aten_program(WeightNormConvs(), X)
+    monkeypatch.delattr(program_module, "_remove_invalid_ops_for_not_decompose")
+    assert not filter_is_redundant(ep, [aten._weight_norm.default], lambda node: True)

@@ -98,6 +98,12 @@ ONE_OP_CASES = [
     (aten.mv.default, lambda a, b: torch.mv(a.t(), b) + 1, (_r(4, 3), _r(4))),
     (aten.dot.default, lambda a, b: torch.dot(a, b) + 1, (_r(4), _r(4))),
     (aten.dot.default, lambda a, b: torch.dot(a[::2], b) + 1, (_r(8), _r(4))),
+    *(
+        (aten.linalg_vector_norm.default, lambda x, o=o, d=d, t=t: torch.linalg.vector_norm(x, o, d, True, dtype=t) + 1, (_r(3, 4),))
+        for o in (2, 1, 0, 0.5, 3, float("inf"), float("-inf"))
+        for d in (None, 1, (0, 1))
+        for t in (None, torch.float64)
+    ),
     (aten.sum.default, lambda x: x.sum() + 1, (_r(3, 4),)),
     (aten.sum.default, lambda x: x.sum() + 1, (torch.arange(6),)),
     *(
@@ -223,12 +229,12 @@ class SpectralWithActivationMatmul(nn.Module):
         return y @ y.transpose(1, 2)
 
 
-class WithActivationNorm(WeightNormConvs):
-    """`linalg_vector_norm` is not listed: what it decomposes to depends on `ord`."""
+class WithActivationVar(WeightNormConvs):
+    """`var` is not listed."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = super().forward(x)
-        return y / y.norm(dim=1, keepdim=True)
+        return y / y.var(dim=1, keepdim=True)
 
 
 class WithActivationLinear(WeightNormConvs):
@@ -275,7 +281,7 @@ def test_kept_nodes_are_marked_without_a_filter() -> None:
 
 @pytest.mark.parametrize(
     "model",
-    [SpectralWithActivationMatmul, WithActivationNorm, WithActivationLinear, WithCond],
+    [SpectralWithActivationMatmul, WithActivationVar, WithActivationLinear, WithCond],
     ids=["decomposed-op-could-create-kept-ops", "unlisted-decomposition", "kept-op-rejected", "control-flow"],
 )
 def test_filter_kept_when_it_could_matter(model: type[nn.Module]) -> None:
@@ -298,8 +304,10 @@ def test_rejected_instance_refuses() -> None:
 
 
 def test_op_without_a_known_decomposition_refuses() -> None:
-    ep = _aten_program(WithActivationNorm(), X)
-    assert aten.linalg_vector_norm.default in _call_targets(ep)
+    ep = _aten_program(WithActivationVar(), X)
+    assert aten.var.dim in _call_targets(ep)
+    assert aten.var.dim in decomposed_ops()
+    assert aten.var.dim not in DECOMPOSES_ONLY_TO
     assert not filter_is_redundant(ep, [aten._weight_norm.default], lambda node: True)
 
 

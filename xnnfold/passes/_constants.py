@@ -232,6 +232,18 @@ DECOMPOSES_ONLY_TO: Final[dict[object, frozenset[object]]] = {
     aten.dot.default: _DOT,
     aten.sum.default: _SUM,
     aten.matmul.default: _MATMUL,
+    # By `ord`: sum of powers, max or min of magnitudes, or a count of non-zeros.
+    aten.linalg_vector_norm.default: frozenset(
+        {
+            aten.abs.default,
+            aten.pow.Tensor_Scalar,
+            aten.sum.dim_IntList,
+            aten.amax.default,
+            aten.amin.default,
+            aten.ne.Scalar,
+            aten._to_copy.default,
+        }
+    ),
 }
 
 # Mirrors executorch's own list of ops that break when kept out of decomposition

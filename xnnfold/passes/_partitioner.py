@@ -354,8 +354,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         )
         self.fold = fold
         self.max_fold_nodes = max_fold_nodes
-        # Hand executorch the per-node filter even when it is redundant, as the stock
-        # partitioner does: the same program, lowered more slowly. An escape hatch.
         self.keep_decomposition_filter = keep_decomposition_filter
         self.rejections: dict[tuple[Node, int], Rejection] = {}
         self._shared_folds: set[str] = set()
@@ -418,8 +416,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         def filter_fn(node: Node) -> bool:
             if ours(node):
                 _mark_preserved(node)
-                return True
-            return stock_filter(node) if stock_filter is not None else False
+            return accepts(node)
 
         if not self.keep_decomposition_filter and filter_is_redundant(ep, ops, accepts):
             for node in graph.nodes:

@@ -11,7 +11,8 @@ from torch.export import ExportedProgram
 
 from tests.conftest import fixture_by_name, lower_stock, lowered_folding
 from xnnfold import FoldComputedWeightsPass
-from xnnfold.passes._constants import FOLD_META_KEY
+from xnnfold.passes import FoldOptions
+from xnnfold.passes._constants import FOLD_META_KEY, FOLD_OPTIONS_META_KEY
 
 CASES = ["weight_norm_dim0-conv1d", "spectral_norm-linear", "legacy_spectral_norm-conv_transpose2d", "linear_computed_bias", "matmul_transposed"]
 
@@ -70,11 +71,26 @@ def test_leaves_an_unmarked_program_alone() -> None:
 
 
 @pytest.mark.runtime
-def test_ignores_a_mark_on_an_unfoldable_argument() -> None:
+def test_ignores_a_hand_made_mark_on_an_unfoldable_argument() -> None:
     """A mark alone never folds: the argument must pass the shared predicate here too."""
     ep = _delegate_program(lowered_folding("weight_norm_dim0-conv1d").edge)
     gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
     gemm.meta[FOLD_META_KEY] = {0: None}  # the activation
+    del gemm.meta[FOLD_OPTIONS_META_KEY]
     graph_before = str(ep.graph)
     assert not FoldComputedWeightsPass(ep)(ep.graph_module).modified
     assert str(ep.graph) == graph_before
+
+
+@pytest.mark.runtime
+def test_rechecks_with_the_options_the_partitioner_marked() -> None:
+    edge = lowered_folding("weight_norm_dim0-conv1d").edge
+    ep = _delegate_program(edge)
+    gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
+    assert gemm.meta[FOLD_OPTIONS_META_KEY] == FoldOptions()
+    # A computation over the marked options' limit is declined, and loudly: left
+    # unfolded, it would reach the XNNPACK serializer. The pass's own (default) options
+    # do not override the mark.
+    gemm.meta[FOLD_OPTIONS_META_KEY] = FoldOptions(max_fold_nodes=1)
+    with pytest.raises(RuntimeError, match="more than 1 nodes"):
+        FoldComputedWeightsPass(ep, options=FoldOptions())(ep.graph_module)

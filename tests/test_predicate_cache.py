@@ -22,6 +22,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 from xnnfold import FoldComputedWeightsPass, prepare_for_xnnpack, run_pte, summarize
 from xnnfold import XnnpackFoldingPartitioner
+from xnnfold.passes import FoldOptions
 from xnnfold.passes._predicates import (
     _constant_map,
     find_weight_computation,
@@ -81,7 +82,7 @@ def test_predicate_sees_a_mutation_that_adds_a_node() -> None:
     ep = _weight_norm_linear_program()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS), WeightComputation
+        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()), WeightComputation
     )
     root = gemm.args[1]
     x = _user_input(ep)
@@ -90,7 +91,7 @@ def test_predicate_sees_a_mutation_that_adds_a_node() -> None:
         activation = ep.graph.call_function(torch.ops.aten.clone.default, (x,))
     activation.meta["val"] = x.meta["val"]
     root.replace_input_with(source, activation)
-    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS)
+    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions())
     assert isinstance(result, Rejection) and not result.computed_from_constants
 
 
@@ -100,7 +101,7 @@ def test_stale_constant_map_cannot_fold_a_runtime_value() -> None:
     ep = _weight_norm_linear_program()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS), WeightComputation
+        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()), WeightComputation
     )
     root = gemm.args[1]
     x = _user_input(ep)
@@ -108,7 +109,7 @@ def test_stale_constant_map_cannot_fold_a_runtime_value() -> None:
     root.replace_input_with(root.args[0], x)
     assert len(ep.graph.nodes) == count
     assert _constant_map(ep).constant[root.name]  # the cached, stale answer
-    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS)
+    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions())
     assert isinstance(result, Rejection)
     assert not result.computed_from_constants
     assert f"'{x.name}' is not a constant" in result.reason
@@ -118,13 +119,13 @@ def test_stale_constant_map_cannot_fold_an_impure_op() -> None:
     ep = _weight_norm_linear_program()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS), WeightComputation
+        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()), WeightComputation
     )
     root = gemm.args[1]
     assert root.target is torch.ops.aten._weight_norm.default
     root.target = torch.ops.aten.normal.Tensor_Tensor  # random, same node count
     root.args = tuple(root.args[:2])
-    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS)
+    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions())
     assert isinstance(result, Rejection) and "random" in result.reason
 
 

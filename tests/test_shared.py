@@ -277,3 +277,66 @@ def test_grouping_rejects_a_group_that_is_itself_cyclic() -> None:
     graph, n = _diamond()
     with pytest.raises(RuntimeError, match="depend on each other"):
         _acyclic_grouping(graph, [[n["a"], n["c"]]])
+
+
+class _Table(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.emb = nn.Embedding(1024, 64)
+        self.bias = nn.Parameter(torch.randn(1024))
+
+
+class _Lookup(nn.Module):
+    def __init__(self, table: _Table) -> None:
+        super().__init__()
+        self.table = table
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.table.emb(ids) + self.table.bias[:64]
+
+
+class _TiedLogits(_Lookup):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.table.emb.weight.t() + self.table.bias * 0.5
+
+
+_METHOD_INPUTS = {
+    "embed": (torch.randint(0, 1024, (1, 5), generator=torch.Generator().manual_seed(1)),),
+    "logits": _inputs((2, 64)),
+}
+
+
+def _tied_program(partitioners: str) -> tuple[ExecutorchProgramManager, Any]:
+    table = _Table().eval()
+    modules = {"embed": _Lookup(table).eval(), "logits": _TiedLogits(table).eval()}
+    programs = {k: torch.export.export(m, _METHOD_INPUTS[k]) for k, m in modules.items()}
+    partitioner: Any
+    if partitioners == "stock":
+        partitioner = [XnnpackPartitioner()]
+    elif partitioners == "one":
+        partitioner = [xnnfold.XnnpackFoldingPartitioner()]
+    else:  # one instance per method: they share what they learn through the tensors
+        partitioner = {k: [xnnfold.XnnpackFoldingPartitioner()] for k in programs}
+    edge = to_edge_transform_and_lower(programs, partitioner=partitioner)
+    return edge.to_executorch(), (edge, modules)
+
+
+@pytest.mark.parametrize("partitioners", ["one", "per_method"])
+def test_a_source_another_method_stores_is_not_folded(partitioners: str) -> None:
+    folded, (edge, _) = _tied_program(partitioners)
+    stock, _ = _tied_program("stock")
+    assert len(folded.buffer) <= len(stock.buffer)
+    (mm,) = [r for r in xnnfold.explain(edge).rows if r.op == "mm"]
+    # Still delegated, with its weight computed at run time.
+    assert mm.delegated and mm.folded == ()
+    assert "another method" in (mm.reason or "")
+
+
+@pytest.mark.parametrize("method", ["embed", "logits"])
+def test_methods_sharing_a_table_match_eager(method: str) -> None:
+    folded, (_, modules) = _tied_program("one")
+    (out,) = xnnfold.run_pte(folded.buffer, _METHOD_INPUTS[method], method)
+    torch.testing.assert_close(
+        out, modules[method](*_METHOD_INPUTS[method]), rtol=1e-5, atol=1e-5
+    )

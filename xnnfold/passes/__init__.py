@@ -8,6 +8,7 @@ from xnnfold.passes._configs import (
     FoldingMMConfig,
 )
 from xnnfold.passes._fold import FoldComputedWeightsPass
+from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._hook import (
     install_preprocess_hook,
     is_preprocess_hook_installed,
@@ -15,7 +16,6 @@ from xnnfold.passes._hook import (
 )
 from xnnfold.passes._partitioner import folding_configs, XnnpackFoldingPartitioner
 from xnnfold.passes._predicates import (
-    can_fold,
     find_weight_computation,
     Rejection,
     WeightComputation,
@@ -24,6 +24,7 @@ from xnnfold.passes._predicates import (
 __all__ = [
     "FOLDING_GEMM_CONFIGS",
     "FoldComputedWeightsPass",
+    "FoldOptions",
     "FoldingAddmmConfig",
     "FoldingConvolutionConfig",
     "FoldingLinearConfig",
@@ -31,7 +32,6 @@ __all__ = [
     "Rejection",
     "WeightComputation",
     "XnnpackFoldingPartitioner",
-    "can_fold",
     "find_weight_computation",
     "folding_configs",
     "install_preprocess_hook",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Optional, Union
 
+import torch
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
     ConvolutionConfig,
@@ -27,10 +28,18 @@ from executorch.backends.xnnpack.partition.config.xnnpack_config import (
 from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from xnnfold.passes._constants import DEFAULT_MAX_FOLD_NODES, FOLD_META_KEY
+from xnnfold.passes._constants import (
+    FOLD_META_KEY,
+    FOLD_OPTIONS_META_KEY,
+    FOLD_SCALES_META_KEY,
+    VAL_META_KEY,
+)
+from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._predicates import (
     find_weight_computation,
+    is_preserved,
     Rejection,
     WeightComputation,
 )
@@ -83,12 +92,12 @@ class FoldingGEMMMixin:
     """Accepts a GEMM whose fp32 weight or bias is a foldable computation of constants.
 
     Set by the partitioner after construction: ``fold`` (off means stock behaviour),
-    ``max_fold_nodes`` and ``rejections`` (a dict the partitioner reads to report GEMMs
-    whose computed weight was declined).
+    ``options`` (the `FoldOptions` the fold pass re-checks with) and ``rejections`` (a
+    dict the partitioner reads to report GEMMs whose computed weight was declined).
     """
 
     fold: bool = True
-    max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES
+    options: FoldOptions = FoldOptions()
     rejections: Optional[dict[tuple[Node, int], Rejection]] = None
     # Names of GEMMs accepted with intermediates shared with other GEMMs' weights.
     shared_folds: Optional[set[str]] = None
@@ -97,6 +106,12 @@ class FoldingGEMMMixin:
     dynamic_weights: bool = False
     # Buffers (by FQN) that some method lowered with this partitioner writes.
     written_buffers: Optional[set[str]] = None
+    # Constants (by FQN) that some method of the program stores anyway: folding a
+    # computation of them frees none of their bytes.
+    stored_elsewhere: frozenset[str] = frozenset()
+    # {GEMM name: why} for GEMMs declined because XNNPACK cannot compute one of their
+    # arguments (addmm's beta, a broadcast bias), whatever the weight.
+    argument_problems: Optional[dict[str, str]] = None
 
     # Provided by GEMMConfig.
     weight_idx: int
@@ -117,8 +132,31 @@ class FoldingGEMMMixin:
             arg_index,
             ep,
             arg_positions=self._arg_positions(),
-            max_nodes=self.max_fold_nodes,
+            options=self.options,
+            stored_elsewhere=self.stored_elsewhere,
         )
+        if isinstance(result, Rejection) and self.stored_elsewhere:
+            alone = find_weight_computation(
+                node,
+                arg_index,
+                ep,
+                arg_positions=self._arg_positions(),
+                options=self.options,
+            )
+            if isinstance(alone, WeightComputation) and any(
+                is_preserved(n) for n in alone.nodes
+            ):
+                # Declined only because a method lowered after this one's decompositions
+                # stores a source too; this computation kept ops (`_weight_norm`) that
+                # have no portable kernel, so it must fold. Correct, but stored twice.
+                logger.warning(
+                    "xnnfold: the %s of GEMM '%s' is folded although another method "
+                    "stores its sources too, so the program holds both; lower the "
+                    "method that stores them first to avoid that",
+                    alone.role,
+                    node.name,
+                )
+                result = alone
         return written_elsewhere(result, ep, self.written_buffers) or result
 
     def _computed_deps(
@@ -143,6 +181,7 @@ class FoldingGEMMMixin:
                 self.rejections[(node, arg_index)] = result
             if (
                 self.dynamic_weights
+                and not self.scales(node)
                 and result.computed_from_constants
                 and not result.keep_stock
                 and arg_index == self.weight_idx
@@ -178,14 +217,24 @@ class FoldingGEMMMixin:
         computed = self._computed_deps(node, self.bias_idx, ep)
         return (valid, deps) if computed is None else computed
 
-    def folded_args(self, node: Node, ep: ExportedProgram) -> dict[int, Optional[str]]:
-        """{argument index: site} of this GEMM's arguments that will be folded."""
+    def scales(self, node: Node) -> dict[int, float]:
+        """{argument index: factor} the fold must multiply into an argument (addmm's
+        beta and alpha); empty for every other GEMM."""
+        return {}
+
+    def folded_args(
+        self, node: Node, ep: ExportedProgram, partition: list[Node]
+    ) -> dict[int, Optional[str]]:
+        """{argument index: site} of this GEMM's arguments whose computation is in
+        ``partition`` and will be folded there (with force_non_static_weights_for_f32_linear
+        a foldable weight stays outside, computed at run time)."""
         if not self.fold:
             return {}
+        members = set(partition)
         folded: dict[int, Optional[str]] = {}
         for index in self._arg_positions():
             result = self.computation(node, index, ep)
-            if isinstance(result, WeightComputation):
+            if isinstance(result, WeightComputation) and result.root in members:
                 folded[index] = result.site
         return folded
 
@@ -197,9 +246,14 @@ class FoldingGEMMMixin:
         # that end up declined, and a mark must mean "this GEMM's partition folds".
         # Quantized GEMMs too: their weight is a dequantize (never foldable), so only a
         # computed fp32 bias can be marked there.
-        folded = self.folded_args(node, ep)
+        folded = self.folded_args(node, ep, partition)
+        scales = self.scales(node)
         if folded:
             node.meta[FOLD_META_KEY] = folded
+        if scales:
+            node.meta[FOLD_SCALES_META_KEY] = scales
+        if folded or scales:
+            node.meta[FOLD_OPTIONS_META_KEY] = self.options
         return partition
 
 
@@ -229,10 +283,90 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
         return super().get_deps(node, ep)  # type: ignore[misc]
 
 
+def _number(value: object) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
 class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
-    """`AddmmConfig` that folds computed weights and biases."""
+    """`AddmmConfig` that folds computed weights and biases, and honours every argument.
+
+    XNNPACK serializes an addmm as a fully-connected op: ``input @ mat2 + bias`` with a
+    per-output-channel bias. executorch's stock config delegates any addmm with a static
+    weight, so ``beta``/``alpha`` are dropped and a bias of shape (), (M, 1) or (M, N) is
+    read as if it were (N,): a wrong result. Here an addmm is accepted only when its bias
+    is per output channel, and ``beta``/``alpha`` other than 1 are folded into the bias
+    and weight constants (`FOLD_SCALES_META_KEY`), which needs both to be constants or
+    foldable computations of constants; anything else stays on portable, with a reason.
+    """
 
     dynamic_weights = True
+
+    def scales(self, node: Node) -> dict[int, float]:
+        factors = {
+            self.bias_idx: _number(node.kwargs.get("beta", 1)),
+            self.weight_idx: _number(node.kwargs.get("alpha", 1)),
+        }
+        return {i: f for i, f in factors.items() if f != 1.0 and f is not None}
+
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+        """Why XNNPACK's fully-connected op cannot compute this addmm, or None."""
+        for name in ("beta", "alpha"):
+            if name in node.kwargs and _number(node.kwargs[name]) is None:
+                return f"addmm's {name}={node.kwargs[name]!r} is not a number"
+        bias, out = node.args[self.bias_idx], node
+        bias_val = bias.meta.get(VAL_META_KEY) if isinstance(bias, Node) else None
+        out_val = out.meta.get(VAL_META_KEY)
+        if not isinstance(bias_val, torch.Tensor) or not isinstance(out_val, torch.Tensor):
+            return "addmm's bias or output has no known shape"
+        shape, channels = tuple(bias_val.shape), out_val.shape[-1]
+        # A size that depends on the inputs is never known to be one value per channel
+        # (and comparing it would specialize the program's symbols).
+        static = not free_symbols(bias_val) and isinstance(channels, int)
+        if not static or shape not in ((channels,), (1, channels)):
+            return (
+                f"addmm's bias has shape {list(shape)}; XNNPACK adds one value per output "
+                f"channel (shape [{channels}] or [1, {channels}])"
+            )
+        scales = self.scales(node)
+        if not scales:
+            return None
+        if not self.fold:
+            return (
+                "addmm has beta/alpha other than 1, which XNNPACK can only apply by "
+                "folding them into the weight and bias, and folding is off (fold=False)"
+            )
+        if self.force_non_static_weights_for_f32_linear:
+            return (
+                "addmm has beta/alpha other than 1, which XNNPACK cannot apply to a "
+                "weight or bias supplied at run time (force_non_static_weights_for_f32_linear)"
+            )
+        for index in scales:
+            arg = node.args[index]
+            role = "bias" if index == self.bias_idx else "weight"
+            if isinstance(arg, Node) and arg.op == "placeholder":
+                if arg.name in ep.graph_signature.inputs_to_parameters or (
+                    arg.name in ep.graph_signature.inputs_to_lifted_tensor_constants
+                ):
+                    continue
+            elif isinstance(self.computation(node, index, ep), WeightComputation):
+                continue
+            return (
+                f"addmm has {'beta' if role == 'bias' else 'alpha'}={scales[index]:g}, "
+                f"which XNNPACK can only apply by folding it into the {role}, and the "
+                f"{role} is not a constant or a foldable computation of constants"
+            )
+        return None
+
+    def check_constraints(self, node: Node, ep: ExportedProgram) -> bool:
+        problem = self._argument_problem(node, ep)
+        if problem is not None:
+            why(node, problem)
+            if self.argument_problems is not None:
+                self.argument_problems[node.name] = problem
+            return False
+        return super().check_constraints(node, ep)
 
 
 class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):

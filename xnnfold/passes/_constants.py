@@ -16,6 +16,7 @@ import torch
 from executorch.exir.dialects._ops import ops as exir_ops
 
 __all__ = [
+    "ASSERTION_OPS",
     "ATEN_GEMM_ARGS",
     "CUSTOM_META_KEY",
     "DEFAULT_MAX_FOLD_NODES",
@@ -24,6 +25,9 @@ __all__ = [
     "EDGE_GEMM_ARGS",
     "EDGE_NO_DECOMP_NAMESPACE",
     "FOLD_META_KEY",
+    "FOLD_OPTIONS_META_KEY",
+    "FOLD_SCALES_META_KEY",
+    "SYMBOLIC_SCALAR_OPS",
     "GEMM_ARGS",
     "GEMM_ARGS_BY_NAME",
     "FILL_OPS",
@@ -54,6 +58,13 @@ CUSTOM_META_KEY: Final = "custom"
 SITE_META_KEY: Final = "xnnfold_site"
 # On a GEMM node the folding partitioner accepted: {arg index: site or None} to fold.
 FOLD_META_KEY: Final = "xnnfold_fold"
+# Beside it: the `FoldOptions` the partitioner decided with, so the fold pass that the
+# preprocess hook builds re-checks with exactly those options.
+FOLD_OPTIONS_META_KEY: Final = "xnnfold_fold_options"
+# On an addmm the folding partitioner accepted with beta != 1 or alpha != 1: {arg index:
+# factor}. XNNPACK's fully-connected op has no such scales, so the fold pass multiplies
+# them into the weight and bias constants and resets the addmm's to 1.
+FOLD_SCALES_META_KEY: Final = "xnnfold_fold_scales"
 # On an ATen node the partitioner asked executorch not to decompose.
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
 # On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
@@ -88,9 +99,10 @@ EXTERNAL_TAG_KEYS: Final[tuple[tuple[Optional[str], str], ...]] = (
     (None, "constant_tag"),
 )
 
-# A weight computation larger than this is declined rather than walked: the walk must stay
-# bounded even on graphs whose weights are computed by long chains.
-DEFAULT_MAX_FOLD_NODES: Final = 4096
+# A weight computation larger than this is declined rather than walked. Every walk is
+# iterative and linear, so the bound only caps the work one GEMM can cost; it is far above
+# any weight computation in a real model (a few hundred nodes at most).
+DEFAULT_MAX_FOLD_NODES: Final = 65536
 
 # Ops of these namespaces are pure tensor functions the fold may evaluate ahead of time
 # ("dim_order_ops" holds the edge dialect's clone and to_copy).
@@ -123,13 +135,36 @@ FILL_OPS: Final = frozenset(
 )
 
 # Pure by schema but not foldable: their value is not a function of their tensor inputs.
+# (`item` and `_local_scalar_dense` are: a scalar read from a constant is a constant.)
 UNFOLDABLE_OPS: Final = frozenset(
     {
         aten.empty.memory_format,
         aten.empty_like.default,
         aten.empty_strided.default,
-        aten.item.default,
-        aten._local_scalar_dense.default,
+    }
+)
+
+# Checks torch.export records on a tensor (its dtype after a `.to()`, a size bound); they
+# read a constant but store nothing of it, and to_edge removes them.
+ASSERTION_OPS: Final = frozenset(
+    {
+        aten._assert_tensor_metadata.default,
+        aten._assert_scalar.default,
+        aten.sym_constrain_range_for_size.default,
+    }
+)
+
+# Python-level arithmetic torch.export records on the symbolic scalars `.item()` returns
+# (`self.w * (self.s.item() * 2)`): pure functions of their operands, evaluated as such.
+SYMBOLIC_SCALAR_OPS: Final = frozenset(
+    {
+        operator.add,
+        operator.sub,
+        operator.mul,
+        operator.truediv,
+        operator.neg,
+        operator.pow,
+        torch.sym_float,
     }
 )
 

@@ -28,15 +28,19 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
 from xnnfold.passes._constants import (
-    DEFAULT_MAX_FOLD_NODES,
     EDGE_GEMM_ARGS,
     FOLD_META_KEY,
+    FOLD_OPTIONS_META_KEY,
+    FOLD_SCALES_META_KEY,
     PROVENANCE_META_KEYS,
     VAL_META_KEY,
 )
+from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._predicates import (
     computation_key,
+    constant_fqns,
     find_weight_computation,
+    Rejection,
     WeightComputation,
 )
 
@@ -46,27 +50,22 @@ _CONVOLUTION = exir_ops.edge.aten.convolution.default
 _MATMULS = frozenset({exir_ops.edge.aten.addmm.default, exir_ops.edge.aten.mm.default})
 _PERMUTE = exir_ops.edge.aten.permute_copy.default
 _TRANSPOSES = frozenset({_PERMUTE, exir_ops.edge.aten.t_copy.default})
+# addmm's scales, which `_apply_scales` multiplies into its constants.
+_SCALE_KWARGS = frozenset({"beta", "alpha"})
+
+
+_MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY)
 
 
 def has_fold_marks(ep: ExportedProgram) -> bool:
     """True when some GEMM of ``ep`` was marked for folding by the partitioner."""
-    return any(FOLD_META_KEY in node.meta for node in ep.graph.nodes)
+    return any(key in node.meta for node in ep.graph.nodes for key in _MARK_KEYS)
 
 
 # torch's is_param/get_param and executorch's delete_constant_placeholder rebuild the
 # signature's name -> FQN dicts on every call, which made a delegate of a few hundred folds
 # quadratic in its inputs. The pass reads one snapshot of them and rewrites the signature
 # once.
-
-
-def _constant_fqns(ep: ExportedProgram) -> dict[str, str]:
-    """Placeholder name -> state_dict / constants key of every constant input."""
-    signature = ep.graph_signature
-    return {
-        **signature.inputs_to_parameters,
-        **signature.inputs_to_buffers,
-        **signature.inputs_to_lifted_tensor_constants,
-    }
 
 
 def _source_tensor(ep: ExportedProgram, fqns: dict[str, str], node: Node) -> torch.Tensor:
@@ -209,10 +208,12 @@ class FoldComputedWeightsPass(XNNPACKPass):
         self,
         exported_program: ExportedProgram,
         *,
-        max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
+        options: FoldOptions = FoldOptions(),
     ) -> None:
         super().__init__(exported_program)
-        self.max_fold_nodes = max_fold_nodes
+        # For GEMMs marked without options (by hand); the partitioner's marks carry the
+        # options it decided with, and those win.
+        self.options = options
 
     def _computations(self) -> list[WeightComputation]:
         ep = self.exported_program
@@ -232,8 +233,18 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     index,
                     ep,
                     arg_positions=positions,
-                    max_nodes=self.max_fold_nodes,
+                    options=node.meta.get(FOLD_OPTIONS_META_KEY, self.options),
                 )
+                if isinstance(result, Rejection) and node.meta.get(FOLD_OPTIONS_META_KEY):
+                    # The partitioner accepted this computation into the delegate; left
+                    # unfolded, its ops would reach the XNNPACK serializer as if they
+                    # were part of the model. Never emit that.
+                    raise RuntimeError(
+                        f"xnnfold: the partitioner marked the {result.role} of "
+                        f"'{node.name}' for folding, but the fold pass declines it: "
+                        f"{result.reason}. Lower this model with "
+                        "XnnpackFoldingPartitioner(fold=False) and report the model."
+                    )
                 if isinstance(result, WeightComputation):
                     result = _without_final_transpose(result)
                     if result is not None:
@@ -266,13 +277,82 @@ class FoldComputedWeightsPass(XNNPACKPass):
                 if k in PROVENANCE_META_KEYS
             }
         )
+        # create_constant_placeholder stores the data under the node's name; later steps
+        # (addmm's scales) read it back through the same map as any other constant.
+        fqns[folded.name] = folded.name
         return folded
+
+    def _apply_scales(
+        self,
+        gemm: Node,
+        scales: dict[int, float],
+        before: Node,
+        fqns: dict[str, str],
+        taken: set[str],
+    ) -> tuple[Node, list[Node]]:
+        """Multiply addmm's beta and alpha into its bias and weight constants.
+
+        Runs after the folds, so each scaled argument is a constant placeholder or the
+        final transpose of one (`_without_final_transpose`). Returns the new first
+        placeholder and the sources no longer read.
+        """
+        ep = self.exported_program
+        graph = ep.graph
+        dead: list[Node] = []
+        for index, factor in scales.items():
+            arg = gemm.args[index]
+            transpose = arg if isinstance(arg, Node) and _is_matrix_transpose(arg) else None
+            stored = transpose.args[0] if transpose is not None else arg
+            if not isinstance(stored, Node) or stored.op != "placeholder":
+                raise RuntimeError(
+                    f"xnnfold: argument {index} of '{gemm.name}' must be a constant to "
+                    f"take its scale {factor:g}, found {stored}"
+                )
+            value = _source_tensor(ep, fqns, stored)
+            with torch.no_grad():
+                # beta == 0 means the bias is ignored, NaN and inf included (addmm's rule).
+                scaled = torch.zeros_like(value) if factor == 0 else value * factor
+            with graph.inserting_before(before):
+                constant = create_constant_placeholder(
+                    ep,
+                    graph,
+                    _unique_name(taken, f"xnnfold_{stored.name}_scaled"),
+                    InputKind.PARAMETER,
+                    scaled.contiguous(),
+                )
+            constant.meta.update(
+                {k: v for k, v in stored.meta.items() if k in PROVENANCE_META_KEYS}
+            )
+            fqns[constant.name] = constant.name
+            before = constant
+            if transpose is not None:
+                with graph.inserting_before(gemm):
+                    replacement = graph.call_function(
+                        transpose.target, (constant, *transpose.args[1:]), transpose.kwargs
+                    )
+                replacement.meta = dict(transpose.meta)
+                gemm.update_arg(index, replacement)
+                if not transpose.users:
+                    graph.erase_node(transpose)
+            else:
+                gemm.update_arg(index, constant)
+            if not stored.users:
+                dead.append(stored)
+        gemm.kwargs = {k: v for k, v in gemm.kwargs.items() if k not in _SCALE_KWARGS}
+        # A new dict, not an in-place pop: fx copies meta shallowly (see call).
+        gemm.meta = {k: v for k, v in gemm.meta.items() if k != FOLD_SCALES_META_KEY}
+        return before, dead
 
     def call(self, graph_module: GraphModule) -> PassResult:
         ep = self.exported_program
         graph = graph_module.graph
         computations = self._computations()
-        if not computations:
+        scaled = [
+            node
+            for node in graph.nodes
+            if node.op == "call_function" and node.meta.get(FOLD_SCALES_META_KEY)
+        ]
+        if not computations and not scaled:
             return PassResult(graph_module, False)
 
         first_input = next(n for n in graph.nodes if n.op == "placeholder")
@@ -285,7 +365,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         ]
         folded_by_key: dict[object, Node] = {}
         removed: set[Node] = set()
-        fqns, taken = _constant_fqns(ep), _taken_names(ep)
+        fqns, taken = constant_fqns(ep), _taken_names(ep)
         dead_sources: list[Node] = []
         for computation, key in zip(computations, keys):
             folded = folded_by_key.get(key)
@@ -315,6 +395,13 @@ class FoldComputedWeightsPass(XNNPACKPass):
                 computation.gemm.meta[FOLD_META_KEY] = remaining
             else:
                 computation.gemm.meta.pop(FOLD_META_KEY, None)
+
+        for gemm in scaled:
+            first_input, dead = self._apply_scales(
+                gemm, gemm.meta[FOLD_SCALES_META_KEY], first_input, fqns, taken
+            )
+            dead_sources.extend(n for n in dead if n not in removed)
+            removed.update(dead)
 
         _delete_sources(ep, dead_sources)
         graph.lint()

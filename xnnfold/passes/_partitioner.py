@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence, Type, Union
 
 import torch
@@ -22,6 +23,10 @@ from executorch.backends.xnnpack.partition.config.xnnpack_config import (
 )
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
     XnnpackPartitioner,
+)
+from executorch.exir.backend.canonical_partitioners.config_partitioner import (
+    format_target_name,
+    is_constant_data,
 )
 from executorch.exir.backend.partitioner import PartitionResult
 from torch.export import ExportedProgram
@@ -40,13 +45,16 @@ from xnnfold.passes._constants import (
     DELEGATION_TAG_META_KEY,
     EDGE_GEMM_ARGS,
     FOLD_META_KEY,
+    FOLD_SCALES_META_KEY,
     PRESERVED_META_KEY,
     PRESERVE_BLOCKLIST,
     QUANTIZATION_NAMESPACES,
     REASON_META_KEY,
     VAL_META_KEY,
 )
+from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
+from xnnfold.passes._fold import has_fold_marks
 from xnnfold.passes._hook import install_preprocess_hook
 from xnnfold.passes._reasons import (
     collect_why_reasons,
@@ -58,6 +66,7 @@ from xnnfold.passes._predicates import (
     is_gemm,
     op_overload,
     Rejection,
+    stored_constants,
     WeightComputation,
 )
 
@@ -87,17 +96,31 @@ def _keepable(op: torch._ops.OpOverload) -> bool:
     )
 
 
+_FULLY_CONNECTED = frozenset(
+    {
+        torch.ops.aten.linear.default,
+        torch.ops.aten.addmm.default,
+        torch.ops.aten.mm.default,
+        torch.ops.aten.matmul.default,
+    }
+)
+
+
 def _float32(node: object) -> bool:
     val = node.meta.get(VAL_META_KEY) if isinstance(node, Node) else None
     return isinstance(val, torch.Tensor) and val.dtype == torch.float32
 
 
-def _aten_gemm_delegable(node: Node) -> bool:
+def _aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
     """The ATen-level part of the XNNPACK GEMM checks that a computed weight can't pass.
 
     Keeping an op undecomposed is only safe if its GEMM is then delegated: an undelegated
-    `_weight_norm` would need a portable kernel that does not exist.
+    `_weight_norm` would need a portable kernel that does not exist. With
+    ``force_non_static_weights_for_f32_linear`` the fully-connected GEMMs take their fp32
+    weights at run time and never fold them.
     """
+    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+        return False
     weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
     if not isinstance(weight, Node) or not _float32(weight):
         return False
@@ -120,34 +143,60 @@ def _aten_gemm_delegable(node: Node) -> bool:
 
 
 # Keyed by node name, not Node: a Node refers to its graph and would keep the weak key alive.
-_PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[int, frozenset[str], dict[str, torch._ops.OpOverload]]]" = (
+_PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[object, dict[str, torch._ops.OpOverload]]]" = (
     weakref.WeakKeyDictionary()
 )
 
 
-# Buffer tensors some lowered method writes, by id (a WeakSet would compare tensors with
-# `==`). Shared by all folding partitioners: a dict of per-method partitioners gives the
-# reading method and the writing method different instances.
-_WRITTEN_BUFFERS: dict[int, "weakref.ref[torch.Tensor]"] = {}
+@dataclass
+class _ConstantFact:
+    """What the methods lowered so far do with one constant tensor."""
+
+    tensor: "weakref.ref[torch.Tensor]"
+    written: bool = False
+    stored: bool = False
+
+
+# Constant tensors of the programs being lowered, by id (a WeakSet would compare tensors
+# with `==`), with what some method does with each: writes it (a buffer updated by
+# `set_gain`), or stores it whatever folds (an embedding table one method looks up while
+# another multiplies by it). Shared by all folding partitioners: a dict of per-method
+# partitioners gives the reading and the writing method different instances.
+_CONSTANT_FACTS: dict[int, _ConstantFact] = {}
 
 
 def _preserved_nodes(
-    ep: ExportedProgram, max_nodes: int, written_buffers: frozenset[str] = frozenset()
+    ep: ExportedProgram,
+    options: FoldOptions,
+    *,
+    force_non_static_weights: bool,
+    written_buffers: frozenset[str] = frozenset(),
+    stored_elsewhere: frozenset[str] = frozenset(),
 ) -> dict[str, torch._ops.OpOverload]:
     """Names of the nodes of foldable weight computations whose op the decompositions
-    would change (none of a computation that reads a buffer in ``written_buffers``)."""
+    would change (none of a computation that reads a buffer in ``written_buffers``).
+    With ``force_non_static_weights`` no bias folds (the stock configs take fp32 biases
+    at run time then) and no fully-connected weight either."""
     graph = ep.graph
+    key = (len(graph.nodes), options, force_non_static_weights, written_buffers, stored_elsewhere)
     cached = _PRESERVED.get(graph)
-    if cached is not None and cached[:2] == (len(graph.nodes), written_buffers):
-        return cached[2]
+    if cached is not None and cached[0] == key:
+        return cached[1]
     preserved: dict[str, torch._ops.OpOverload] = {}
     for node in graph.nodes:
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
-        if positions is None or not _aten_gemm_delegable(node):
+        if positions is None or not _aten_gemm_delegable(
+            node, force_non_static_weights=force_non_static_weights
+        ):
             continue
-        for index in positions:
+        for index in positions[:1] if force_non_static_weights else positions:
             result = find_weight_computation(
-                node, index, ep, arg_positions=positions, max_nodes=max_nodes
+                node,
+                index,
+                ep,
+                arg_positions=positions,
+                options=options,
+                stored_elsewhere=stored_elsewhere,
             )
             if not isinstance(result, WeightComputation) or written_elsewhere(
                 result, ep, set(written_buffers)
@@ -157,7 +206,7 @@ def _preserved_nodes(
                 op = op_overload(member.target)
                 if op is not None and _keepable(op):
                     preserved[member.name] = op
-    _PRESERVED[graph] = (len(graph.nodes), written_buffers, preserved)
+    _PRESERVED[graph] = (key, preserved)
     return preserved
 
 
@@ -292,6 +341,37 @@ def _acyclic_grouping(graph: Graph, groups: Sequence[Iterable[Node]]) -> list[Pa
     return [Partition(id=i, nodes=list(p)) for i, p in enumerate(partitions)]
 
 
+class _DisjointSets:
+    """Union-find over nodes, iterative.
+
+    executorch's `DSJ` finds roots recursively, and its unions chain every node of one
+    partition behind the next: a partition of about a thousand nodes (a weight computed
+    by a few hundred elementwise steps) exceeds Python's recursion limit. Same unions,
+    same roots and the same group order, without the recursion.
+    """
+
+    def __init__(self) -> None:
+        self.parent: dict[Node, Node] = {}
+
+    def find(self, node: Node) -> Node:
+        parent = self.parent
+        root = parent.setdefault(node, node)
+        while parent[root] is not root:
+            root = parent[root]
+        while parent[node] is not root:
+            parent[node], node = root, parent[node]
+        return root
+
+    def union(self, a: Node, b: Node) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+    def groups(self) -> list[list[Node]]:
+        groups: dict[Node, set[Node]] = {}
+        for node in list(self.parent):
+            groups.setdefault(self.find(node), set()).add(node)
+        return [list(group) for group in groups.values()]
+
+
 class XnnpackFoldingPartitioner(XnnpackPartitioner):
     """`XnnpackPartitioner` whose GEMMs also take weights computed from parameters.
 
@@ -308,8 +388,11 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         verbose: as for `XnnpackPartitioner`.
         force_non_static_weights_for_f32_linear: as for `XnnpackPartitioner`.
         enable_bf16: as for `XnnpackPartitioner`.
-        fold: False turns folding off (the stock partitioner's behaviour).
-        max_fold_nodes: the largest weight computation to fold.
+        fold: False turns folding off (the stock partitioner's behaviour, except that
+            an addmm XNNPACK would compute wrongly, with beta or alpha other than 1 or
+            a bias that is not per output channel, stays on portable).
+        max_fold_nodes: the largest weight computation to fold (`FoldOptions`; the
+            fold pass re-checks each fold with the same options).
         keep_decomposition_filter: always give executorch a per-node filter of the ops
             to keep undecomposed, as the stock partitioner does. By default the filter
             is left out when it provably changes nothing (every instance it could see
@@ -340,10 +423,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
         keep_decomposition_filter: bool = False,
     ) -> None:
-        if max_fold_nodes < 1:
-            raise ValueError(
-                f"XnnpackFoldingPartitioner: max_fold_nodes must be >= 1, got {max_fold_nodes}"
-            )
+        try:
+            options = FoldOptions(max_fold_nodes=max_fold_nodes)
+        except ValueError as error:
+            raise ValueError(f"XnnpackFoldingPartitioner: {error}") from None
         super().__init__(
             folding_configs(configs or ALL_PARTITIONER_CONFIGS),
             config_precisions,
@@ -353,26 +436,56 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             enable_bf16=enable_bf16,
         )
         self.fold = fold
-        self.max_fold_nodes = max_fold_nodes
+        self.options = options
+        self._force_non_static_weights = force_non_static_weights_for_f32_linear
         self.keep_decomposition_filter = keep_decomposition_filter
         self.rejections: dict[tuple[Node, int], Rejection] = {}
+        self._argument_problems: dict[str, str] = {}
         self._shared_folds: set[str] = set()
-        # FQNs of this partitioner's buffers that some method writes (see
-        # `_note_buffers`), and the tensor behind each FQN it was asked about.
+        # FQNs of this partitioner's buffers that some method writes, of its constants
+        # that some method stores whatever folds (see `_note_constants`), and the tensor
+        # behind each FQN it was asked about.
         self._written_buffers: set[str] = set()
-        self._buffer_tensors: dict[str, weakref.ref[torch.Tensor]] = {}
-        for config in self.target_partitioner_configs.values():
-            if isinstance(config, FoldingGEMMMixin):
-                config.fold = fold
-                config.max_fold_nodes = max_fold_nodes
-                config.rejections = self.rejections
-                config.shared_folds = self._shared_folds
-                config.written_buffers = self._written_buffers
+        self._stored_elsewhere: frozenset[str] = frozenset()
+        self._constant_tensors: dict[str, weakref.ref[torch.Tensor]] = {}
+        for config in self._folding_configs():
+            config.fold = fold
+            config.options = options
+            config.rejections = self.rejections
+            config.argument_problems = self._argument_problems
+            config.shared_folds = self._shared_folds
+            config.written_buffers = self._written_buffers
+
+    @property
+    def max_fold_nodes(self) -> int:
+        return self.options.max_fold_nodes
 
     def _folding_configs(self) -> list[FoldingGEMMMixin]:
         return [
             c for c in self.target_partitioner_configs.values() if isinstance(c, FoldingGEMMMixin)
         ]
+
+    def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
+        """executorch's grouping of every config's partition, with `_DisjointSets`."""
+        sets = _DisjointSets()
+        for node in ep.graph_module.graph.nodes:
+            if node.op != "call_function":
+                continue
+            config = self.target_partitioner_configs.get(format_target_name(node.target.__name__))
+            if config is None or not config.check_constraints(node, ep):
+                continue
+            partition = [
+                # The partitioner copies constant data into every partition that reads
+                # it, so a constant another partition already holds need not join.
+                n
+                for n in config.get_partition(node, ep)
+                if not (is_constant_data(ep, n) and n in sets.parent)
+            ]
+            if partition:
+                sets.find(partition[0])
+                for other in partition[1:]:
+                    sets.union(partition[0], other)
+        return sets.groups()
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The stock partitions, unless GEMMs that share a weight computation (a packed
@@ -400,9 +513,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         graph = ep.graph
         preserved: dict[str, torch._ops.OpOverload] = {}
         if self.fold:
-            self._note_buffers(ep)
+            self._note_constants(ep)
             preserved = _preserved_nodes(
-                ep, self.max_fold_nodes, frozenset(self._written_buffers)
+                ep,
+                self.options,
+                force_non_static_weights=self._force_non_static_weights,
+                written_buffers=frozenset(self._written_buffers),
+                stored_elsewhere=self._stored_elsewhere,
             )
             ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
 
@@ -425,46 +542,63 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             return ops, None
         return ops, filter_fn
 
-    def _note_buffers(self, ep: ExportedProgram) -> None:
-        """Record the buffers ``ep`` reads and writes, then refresh `_written_buffers`.
+    def _note_constants(self, ep: ExportedProgram) -> None:
+        """Record what ``ep`` does with its constants, then refresh the facts.
 
         to_edge_transform_and_lower asks every method's partitioners for
         ops_to_not_decompose before it partitions any method, so by partition time every
-        write is known, whether the methods share this partitioner or each has its own
-        (the record is keyed by the buffer tensor the methods share, which also keeps one
-        model's writes from declining another model's buffer of the same name).
+        method's writes and stored constants are known, whether the methods share this
+        partitioner or each has its own (the record is keyed by the tensor the methods
+        share, which also keeps one model's facts from declining another model's constant
+        of the same name).
         """
-        for key in [k for k, ref in _WRITTEN_BUFFERS.items() if ref() is None]:
-            del _WRITTEN_BUFFERS[key]
-        mutated = set(ep.graph_signature.buffers_to_mutate.values())
-        for fqn in ep.graph_signature.buffers:
+        for key in [k for k, fact in _CONSTANT_FACTS.items() if fact.tensor() is None]:
+            del _CONSTANT_FACTS[key]
+        signature = ep.graph_signature
+        mutated = set(signature.buffers_to_mutate.values())
+        stored = stored_constants(ep)
+        for fqn in [*signature.parameters, *signature.buffers]:
             tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
             if not isinstance(tensor, torch.Tensor):
                 continue
-            self._buffer_tensors[fqn] = weakref.ref(tensor)
-            if fqn in mutated:
-                _WRITTEN_BUFFERS[id(tensor)] = weakref.ref(tensor)
-        self._refresh_written_buffers()
+            self._constant_tensors[fqn] = weakref.ref(tensor)
+            fact = _CONSTANT_FACTS.get(id(tensor))
+            if fact is None or fact.tensor() is not tensor:
+                fact = _CONSTANT_FACTS[id(tensor)] = _ConstantFact(weakref.ref(tensor))
+            fact.written |= fqn in mutated
+            fact.stored |= fqn in stored
+        self._refresh_facts()
 
-    def _refresh_written_buffers(self) -> None:
-        self._written_buffers.clear()
-        for fqn, ref in self._buffer_tensors.items():
+    def _refresh_facts(self) -> None:
+        written: set[str] = set()
+        stored: set[str] = set()
+        for fqn, ref in self._constant_tensors.items():
             tensor = ref()
-            written = _WRITTEN_BUFFERS.get(id(tensor)) if tensor is not None else None
-            if written is not None and written() is tensor:
-                self._written_buffers.add(fqn)
+            fact = _CONSTANT_FACTS.get(id(tensor)) if tensor is not None else None
+            if fact is None or fact.tensor() is not tensor:
+                continue
+            if fact.written:
+                written.add(fqn)
+            if fact.stored:
+                stored.add(fqn)
+        self._written_buffers.clear()
+        self._written_buffers.update(written)
+        self._stored_elsewhere = frozenset(stored)
+        for config in self._folding_configs():
+            config.stored_elsewhere = self._stored_elsewhere
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         self.rejections.clear()
+        self._argument_problems.clear()
         if self.fold:
-            # Writes of methods asked about after this partitioner last looked. (Not
-            # `_note_buffers`: the edge program holds copies of the buffer tensors.)
-            self._refresh_written_buffers()
+            # Facts of methods asked about after this partitioner last looked. (Not
+            # `_note_constants`: the edge program holds copies of the tensors.)
+            self._refresh_facts()
         with collect_why_reasons() as stock_reasons:
             result = super().partition(exported_program)
         if self.fold:
             graph = exported_program.graph
-            if any(FOLD_META_KEY in node.meta for node in graph.nodes):
+            if has_fold_marks(exported_program):
                 install_preprocess_hook()
             self._check_preserved_were_delegated(exported_program)
         self._record_reasons(exported_program, stock_reasons)
@@ -550,15 +684,25 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                         f"{rejection.reason}"
                     )
                 continue
+            problem = self._argument_problems.get(node.name)
             reason = (
-                f"its {rejection.role} is not folded: {rejection.reason}"
+                problem
+                if problem is not None
+                else f"its {rejection.role} is not folded: {rejection.reason}"
                 if rejection is not None
                 else stock_reasons.get(node.name)
             )
             if reason is None:
                 continue
             node.meta[REASON_META_KEY] = reason
-            if rejection is not None and self._worth_a_warning(rejection, ep):
+            if problem is not None:
+                logger.warning(
+                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: %s",
+                    node.name,
+                    module_path(node),
+                    problem,
+                )
+            elif rejection is not None and self._worth_a_warning(rejection, ep):
                 where = f" (computed by {rejection.site})" if rejection.site else ""
                 logger.warning(
                     "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: "

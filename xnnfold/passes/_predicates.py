@@ -16,27 +16,24 @@ from typing import Optional, Union
 import torch
 from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
-from torch._export.utils import (
-    get_buffer,
-    get_lifted_tensor_constant,
-    is_buffer,
-    is_lifted_tensor_constant,
-)
 from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._constants import (
+    ASSERTION_OPS,
     CUSTOM_META_KEY,
-    DEFAULT_MAX_FOLD_NODES,
     EDGE_NO_DECOMP_NAMESPACE,
     EXTERNAL_TAG_KEYS,
     FILL_OPS,
     FOLDABLE_NAMESPACES,
     GEMM_ARGS,
+    PRESERVED_META_KEY,
     GETITEM,
     SITE_META_KEY,
+    SYMBOLIC_SCALAR_OPS,
     UNFOLDABLE_OPS,
     VAL_META_KEY,
 )
@@ -45,14 +42,16 @@ __all__ = [
     "WeightComputation",
     "Rejection",
     "arg_role",
-    "can_fold",
+    "constant_fqns",
     "computation_key",
     "external_tag",
     "find_weight_computation",
     "gemm_positions",
     "is_gemm",
+    "is_preserved",
     "op_overload",
     "site_of",
+    "stored_constants",
 ]
 
 
@@ -117,6 +116,12 @@ def op_overload(target: object) -> Optional[torch._ops.OpOverload]:
     return None
 
 
+def is_preserved(node: Node) -> bool:
+    """True when the partitioner asked executorch to keep ``node``'s op undecomposed."""
+    custom = node.meta.get(CUSTOM_META_KEY)
+    return isinstance(custom, dict) and bool(custom.get(PRESERVED_META_KEY))
+
+
 def site_of(node: Node) -> Optional[str]:
     """The ``prepare_for_xnnpack`` mark carried by ``node``, if any."""
     custom = node.meta.get(CUSTOM_META_KEY)
@@ -158,6 +163,8 @@ class _ConstantMap:
     # Topological position of every node, for ordering what a query collects without
     # enumerating the whole graph per query.
     order: dict[str, int]
+    # Placeholder name -> FQN of every constant input (`constant_fqns`).
+    fqns: dict[str, str]
 
 
 _CONSTANT_MAPS: "weakref.WeakKeyDictionary[Graph, _ConstantMap]" = (
@@ -199,6 +206,16 @@ def _source_problem(index: _SignatureIndex, node: Node) -> Optional[str]:
     return f"'{node.name}' is a runtime input"
 
 
+def constant_fqns(ep: ExportedProgram) -> dict[str, str]:
+    """Placeholder name -> state_dict / constants key of every constant input."""
+    signature = ep.graph_signature
+    return {
+        **signature.inputs_to_parameters,
+        **signature.inputs_to_buffers,
+        **signature.inputs_to_lifted_tensor_constants,
+    }
+
+
 def external_tag(node: Node) -> Optional[str]:
     """The external data file (``.ptd``) tag ``node`` is stored under, if any."""
     for meta_key, tag_key in EXTERNAL_TAG_KEYS:
@@ -210,7 +227,7 @@ def external_tag(node: Node) -> Optional[str]:
 
 
 def _op_problem(node: Node) -> Optional[str]:
-    if node.target is GETITEM:
+    if node.target is GETITEM or node.target in SYMBOLIC_SCALAR_OPS:
         return None
     if node.target is executorch_call_delegate:
         # An earlier partitioner in the list took this part of the computation; its
@@ -278,13 +295,10 @@ def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
     # program never writes can stand for each other (the per-graph sweep knows which).
     if not _constant_map(ep).constant.get(node.name, False):
         return None
-    value = (
-        get_lifted_tensor_constant(ep, node)
-        if is_lifted_tensor_constant(ep, node)
-        else get_buffer(ep, node)
-        if is_buffer(ep, node)
-        else None
-    )
+    # The sweep's snapshot of the signature: torch's is_buffer/get_buffer rebuild the
+    # name -> FQN dicts per call, quadratic over a chain of thousands of lifted scalars.
+    fqn = _constant_map(ep).fqns.get(node.name)
+    value = None if fqn is None else ep.constants.get(fqn, ep.state_dict.get(fqn))
     if isinstance(value, torch.Tensor) and is_fake(value):
         # Under a decomposition's fake mode a small constant keeps its real value here.
         value = getattr(value, "constant", None)
@@ -370,10 +384,40 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
         )
     order = {node.name: i for i, node in enumerate(graph.nodes)}
     result = _ConstantMap(
-        len(graph.nodes), ep.graph_signature, constant, culprit, weight_only, order
+        len(graph.nodes),
+        ep.graph_signature,
+        constant,
+        culprit,
+        weight_only,
+        order,
+        constant_fqns(ep),
     )
     _CONSTANT_MAPS[graph] = result
     return result
+
+
+def stored_constants(ep: ExportedProgram) -> frozenset[str]:
+    """FQNs of the constants ``ep`` stores whatever xnnfold folds.
+
+    A constant is stored when something reads it other than a computation that only
+    feeds GEMM weights and biases: an embedding lookup, an elementwise op on the
+    activations, or a GEMM that takes it directly as its weight. Another method that
+    folds a computation of such a constant frees none of its bytes.
+    """
+    cmap = _constant_map(ep)
+    fqns = cmap.fqns
+    stored: set[str] = set()
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in fqns:
+            continue
+        if any(
+            _used_as_gemm_weight(node, user)
+            or not (user.op == "call_function" and cmap.weight_only.get(user.name, False))
+            for user in node.users
+            if user.target not in ASSERTION_OPS
+        ):
+            stored.add(fqns[node.name])
+    return frozenset(stored)
 
 
 def _nbytes(node: Node, float_itemsize: Optional[int] = None) -> Optional[int]:
@@ -414,7 +458,12 @@ def _topological_closure(root: Node, limit: int) -> Optional[list[Node]]:
 
 
 def _shared_component(
-    closure: list[Node], cmap: _ConstantMap, *, limit: int, ep: Optional[ExportedProgram] = None
+    closure: list[Node],
+    cmap: _ConstantMap,
+    *,
+    limit: int,
+    ep: Optional[ExportedProgram] = None,
+    stored_elsewhere: frozenset[str] = frozenset(),
 ) -> Union[tuple[list[Node], list[Node], list[Node]], str, None]:
     """The weight computations that share sources with ``closure``, taken together.
 
@@ -422,7 +471,8 @@ def _shared_component(
     are folded; sources kept because a GEMM also reads them as a stored weight), None
     when the component has more than ``limit`` nodes, or the name of a shared node that
     also feeds something besides GEMM weights. Without sharing this is just
-    ([root], sources, []).
+    ([root], sources, []). Sources named in ``stored_elsewhere`` (placeholder names whose
+    tensor another method of the program stores anyway) are kept, never freed.
     """
     seen: set[Node] = set(closure)
     stack = list(closure)
@@ -453,7 +503,7 @@ def _shared_component(
             for u in node.users
         )
         if node.op == "placeholder":
-            (kept if as_weight else freed).append(node)
+            (kept if as_weight or node.name in stored_elsewhere else freed).append(node)
         elif as_weight:
             roots.append(node)
     # Equal computations fold to equal bytes, which the program stores once.
@@ -476,7 +526,8 @@ def find_weight_computation(
     ep: ExportedProgram,
     *,
     arg_positions: tuple[int, ...],
-    max_nodes: int = DEFAULT_MAX_FOLD_NODES,
+    options: FoldOptions,
+    stored_elsewhere: frozenset[str] = frozenset(),
 ) -> Union[WeightComputation, Rejection, None]:
     """Find the computation behind ``gemm.args[arg_index]`` and check it can be folded.
 
@@ -487,7 +538,10 @@ def find_weight_computation(
         arg_index: the argument to inspect (a weight or bias position).
         ep: the program that owns ``gemm``.
         arg_positions: the GEMM's (weight, bias) positions, to name the role.
-        max_nodes: the largest computation to walk; larger ones are declined.
+        options: the partitioner's `FoldOptions` (the fold pass re-checks with the same).
+        stored_elsewhere: FQNs of constants another method of the same program stores
+            anyway (an embedding table one method looks up and another multiplies by):
+            folding frees none of their bytes.
 
     Returns:
         None when the argument is absent or already a parameter (nothing to fold), a
@@ -511,6 +565,7 @@ def find_weight_computation(
             site,
         )
 
+    max_nodes = options.max_fold_nodes
     closure = _topological_closure(root, max_nodes)
     if closure is None:
         return reject(
@@ -581,7 +636,18 @@ def find_weight_computation(
                 site,
             )
 
-    shared = _shared_component(closure, cmap, limit=4 * max_nodes, ep=ep)
+    elsewhere = (
+        frozenset(
+            name
+            for name, fqn in cmap.fqns.items()
+            if fqn in stored_elsewhere
+        )
+        if stored_elsewhere
+        else frozenset()
+    )
+    shared = _shared_component(
+        closure, cmap, limit=4 * max_nodes, ep=ep, stored_elsewhere=elsewhere
+    )
     if shared is None:
         return reject(
             f"the {role} shares its sources with more than {4 * max_nodes} nodes of "
@@ -614,9 +680,15 @@ def find_weight_computation(
     )
     if folded > freed:
         if kept_sources:
+            kept = kept_sources[0]
+            where = (
+                "a GEMM's stored weight"
+                if any(_used_as_gemm_weight(kept, user) for user in kept.users)
+                else "stored for another method of the program"
+            )
             why_not = (
-                f"source '{kept_sources[0].name}' is also a GEMM's stored weight, so "
-                "folding frees nothing of it"
+                f"source '{kept.name}' is also {where}, so folding frees "
+                "nothing of it"
             )
         else:
             why_not = f"its sources {freed} bytes"
@@ -648,20 +720,3 @@ def computation_key(
     for node in (*computation.sources, *computation.nodes):
         _structure(node, memo, ep)  # inputs first, so the recursion stays one level deep
     return memo[computation.root]
-
-
-def can_fold(
-    gemm: Node,
-    arg_index: int,
-    ep: ExportedProgram,
-    *,
-    arg_positions: tuple[int, ...],
-    max_nodes: int = DEFAULT_MAX_FOLD_NODES,
-) -> bool:
-    """True when ``gemm.args[arg_index]`` is a computation `find_weight_computation` folds."""
-    return isinstance(
-        find_weight_computation(
-            gemm, arg_index, ep, arg_positions=arg_positions, max_nodes=max_nodes
-        ),
-        WeightComputation,
-    )

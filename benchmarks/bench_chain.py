@@ -1,0 +1,99 @@
+"""Lowering cost of a weight computed by a long chain: linear in its length.
+
+A linear whose weight goes through ``steps`` elementwise steps (``w = w * 1.0001 +
+0.0001``, two nodes a step) is exported once per length, then lowered with
+`XnnpackFoldingPartitioner` and with the stock `XnnpackPartitioner`, interleaved in one
+process (the order alternates per repeat). Reports median CPU seconds of
+``to_edge_transform_and_lower(...).to_executorch()`` per length and variant, the cost per
+node, and the growth of the per-node cost from the shortest to the longest chain (1.0 =
+linear). The stock program of a long chain delegates the chain's elementwise ops and can
+exceed XNNPACK's 4096 external values, so it is timed, not run; xnnfold's is run against
+eager.
+
+    python benchmarks/bench_chain.py --steps 250 500 1000 2500 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+from executorch.exir import to_edge_transform_and_lower
+from torch import nn
+
+import xnnfold
+
+warnings.filterwarnings("ignore")
+VARIANTS = ("xnnfold", "stock")
+
+
+class ChainedWeight(nn.Module):
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 16, generator=torch.Generator().manual_seed(1)))
+        self.steps = steps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        for _ in range(self.steps):
+            weight = weight * 1.0001 + 0.0001
+        return F.linear(x, weight)
+
+
+def _lower_seconds(ep: torch.export.ExportedProgram, variant: str) -> tuple[float, bytes]:
+    partitioner = xnnfold.XnnpackFoldingPartitioner() if variant == "xnnfold" else XnnpackPartitioner()
+    start = time.process_time()
+    buffer = to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer
+    return time.process_time() - start, buffer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, nargs="+", default=[250, 500, 1000, 2500])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path(__file__).with_name("chain_results.md"))
+    args = parser.parse_args()
+    x = torch.randn(2, 16)
+    rows = []
+    for steps in args.steps:
+        model = ChainedWeight(steps).eval()
+        ep = torch.export.export(model, (x,))
+        nodes = sum(1 for n in ep.graph.nodes if n.op == "call_function")
+        times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        for repeat in range(args.repeats):
+            order = VARIANTS if repeat % 2 == 0 else VARIANTS[::-1]
+            for variant in order:
+                seconds, buffer = _lower_seconds(ep, variant)
+                times[variant].append(seconds)
+                if variant == "xnnfold":
+                    out = xnnfold.run_pte(buffer, (x,))[0]
+                    error = float((out - model(x)).abs().max())
+        medians = {v: statistics.median(t) for v, t in times.items()}
+        rows.append((steps, nodes, medians, error))
+    first, last = rows[0], rows[-1]
+    lines = [
+        "| steps | nodes | xnnfold (s) | stock (s) | xnnfold ms/node | stock ms/node | xnnfold / stock | max abs diff |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for steps, nodes, m, error in rows:
+        lines.append(
+            f"| {steps} | {nodes} | {m['xnnfold']:.2f} | {m['stock']:.2f} | "
+            f"{1000 * m['xnnfold'] / nodes:.2f} | {1000 * m['stock'] / nodes:.2f} | "
+            f"{m['xnnfold'] / m['stock']:.3f} | {error:.2e} |"
+        )
+    for variant in VARIANTS:
+        growth = (last[2][variant] / last[1]) / (first[2][variant] / first[1])
+        lines.append(f"\nper-node cost growth {first[0]} -> {last[0]} steps, {variant}: {growth:.3f}")
+    text = "\n".join(lines) + "\n"
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

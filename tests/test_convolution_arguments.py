@@ -1,0 +1,93 @@
+"""Every convolution argument is honoured when the weight and bias are folded.
+
+XNNPACK's convolution visitor reads stride, padding, dilation, groups, transposed and
+output_padding from the edge `convolution` node; a folded weight changes none of them. Each
+case varies one argument from its default on a weight_norm convolution with a computed
+bias, and runs the `.pte` through executorch.runtime against eager.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
+
+import xnnfold
+
+pytestmark = pytest.mark.runtime
+
+CHANNELS = 4
+
+CASES: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
+    "conv1d-stride": (nn.Conv1d, {"kernel_size": 3, "stride": 2}),
+    "conv1d-padding": (nn.Conv1d, {"kernel_size": 3, "padding": 3}),
+    "conv1d-dilation": (nn.Conv1d, {"kernel_size": 3, "dilation": 2, "padding": 2}),
+    "conv1d-groups": (nn.Conv1d, {"kernel_size": 3, "groups": 2}),
+    "conv1d-depthwise": (nn.Conv1d, {"kernel_size": 3, "groups": CHANNELS, "out_channels": 2 * CHANNELS}),
+    "conv1d-no_bias": (nn.Conv1d, {"kernel_size": 3, "bias": False}),
+    "conv1d-same": (nn.Conv1d, {"kernel_size": 4, "padding": "same"}),
+    "conv2d-stride": (nn.Conv2d, {"kernel_size": 3, "stride": (2, 1)}),
+    "conv2d-padding": (nn.Conv2d, {"kernel_size": (3, 1), "padding": (1, 2)}),
+    "conv2d-dilation": (nn.Conv2d, {"kernel_size": 3, "dilation": (2, 1)}),
+    "conv2d-groups": (nn.Conv2d, {"kernel_size": 3, "groups": 2}),
+    "conv2d-depthwise": (nn.Conv2d, {"kernel_size": 3, "groups": CHANNELS}),
+    "conv_transpose1d-stride": (nn.ConvTranspose1d, {"kernel_size": 3, "stride": 2}),
+    "conv_transpose1d-output_padding": (nn.ConvTranspose1d, {"kernel_size": 3, "stride": 2, "output_padding": 1}),
+    "conv_transpose1d-padding": (nn.ConvTranspose1d, {"kernel_size": 3, "padding": 1}),
+    "conv_transpose1d-dilation": (nn.ConvTranspose1d, {"kernel_size": 3, "dilation": 2}),
+    "conv_transpose1d-groups": (nn.ConvTranspose1d, {"kernel_size": 3, "groups": 2}),
+    "conv_transpose2d-stride": (nn.ConvTranspose2d, {"kernel_size": 3, "stride": (2, 3)}),
+    "conv_transpose2d-output_padding": (nn.ConvTranspose2d, {"kernel_size": 3, "stride": (2, 3), "output_padding": (1, 2)}),
+    "conv_transpose2d-padding": (nn.ConvTranspose2d, {"kernel_size": 3, "padding": (1, 0)}),
+    "conv_transpose2d-dilation": (nn.ConvTranspose2d, {"kernel_size": 3, "dilation": (1, 2)}),
+    "conv_transpose2d-groups": (nn.ConvTranspose2d, {"kernel_size": 3, "groups": 2}),
+    "conv_transpose2d-depthwise": (nn.ConvTranspose2d, {"kernel_size": 3, "groups": CHANNELS}),
+}
+
+
+class ComputedBias(nn.Module):
+    """The convolution with its bias computed: ``bias * 0.5 + shift``."""
+
+    def __init__(self, conv: nn.Module) -> None:
+        super().__init__()
+        self.conv = conv
+        self.shift = nn.Parameter(torch.randn(conv.out_channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        conv = self.conv
+        bias = None if conv.bias is None else conv.bias * 0.5 + self.shift
+        if isinstance(conv, (nn.ConvTranspose1d, nn.ConvTranspose2d)):
+            functional = F.conv_transpose1d if isinstance(conv, nn.ConvTranspose1d) else F.conv_transpose2d
+            return functional(
+                x, conv.weight, bias, conv.stride, conv.padding, conv.output_padding,
+                conv.groups, conv.dilation,
+            )
+        return conv._conv_forward(x, conv.weight, bias)
+
+
+def _model(name: str) -> nn.Module:
+    layer, kwargs = CASES[name]
+    kwargs = {"in_channels": CHANNELS, "out_channels": CHANNELS, **kwargs}
+    torch.manual_seed(0)
+    conv = weight_norm(layer(**kwargs))
+    return ComputedBias(conv).eval()
+
+
+def _inputs(name: str) -> tuple[torch.Tensor]:
+    spatial = (9,) if "1d" in name else (7, 6)
+    return (torch.randn(1, CHANNELS, *spatial, generator=torch.Generator().manual_seed(1)),)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_convolution_argument_is_honoured(name: str) -> None:
+    model = _model(name)
+    edge = xnnfold.lower(model, _inputs(name))
+    (row,) = xnnfold.explain(edge).rows
+    expected = ("weight",) if model.conv.bias is None else ("weight", "bias")
+    assert row.delegated and row.folded == expected, row
+    out = xnnfold.run_pte(edge.to_executorch().buffer, _inputs(name))[0]
+    torch.testing.assert_close(out, model(*_inputs(name)), atol=1e-5, rtol=1e-5)

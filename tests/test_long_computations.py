@@ -1,0 +1,102 @@
+"""Weight computations of any length lower, fold and match eager; the cost stays linear.
+
+executorch's config partitioner groups a partition's nodes with a recursive union-find
+whose chains grow with the partition, so a weight computed by a few hundred elementwise
+steps used to raise RecursionError in lowering. The folding partitioner groups
+iteratively, and the predicate and the fold walk iteratively too.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from executorch.exir.backend.canonical_partitioners.config_partitioner import DSJ
+from torch import nn
+from torch.fx import Graph
+
+import xnnfold
+from xnnfold import XnnpackFoldingPartitioner
+from xnnfold.passes._partitioner import _DisjointSets
+
+
+class ChainedWeight(nn.Module):
+    """``w = w * 1.0001 + 0.0001``, ``steps`` times (two nodes a step), then a linear."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 16, generator=torch.Generator().manual_seed(1)))
+        self.steps = steps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight
+        for _ in range(self.steps):
+            weight = weight * 1.0001 + 0.0001
+        return F.linear(x, weight)
+
+
+def _inputs() -> tuple[torch.Tensor]:
+    return (torch.randn(2, 16, generator=torch.Generator().manual_seed(2)),)
+
+
+def _check_folded(steps: int) -> None:
+    model = ChainedWeight(steps).eval()
+    edge = xnnfold.lower(model, _inputs())
+    (row,) = xnnfold.explain(edge).rows
+    assert row.delegated and row.folded == ("weight",), row
+    out = xnnfold.run_pte(edge.to_executorch().buffer, _inputs())[0]
+    torch.testing.assert_close(out, model(*_inputs()), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.runtime
+def test_a_600_node_weight_computation_folds() -> None:
+    _check_folded(300)
+
+
+@pytest.mark.runtime
+@pytest.mark.slow
+def test_a_5000_node_weight_computation_folds() -> None:
+    _check_folded(2500)
+
+
+@pytest.mark.runtime
+def test_a_computation_over_max_fold_nodes_is_declined_and_still_correct() -> None:
+    model = ChainedWeight(300).eval()
+    edge = xnnfold.lower(
+        model, _inputs(), partitioner=XnnpackFoldingPartitioner(max_fold_nodes=100)
+    )
+    (row,) = xnnfold.explain(edge).rows
+    assert row.folded == ()
+    assert "more than 100 nodes" in (row.reason or "")
+    out = xnnfold.run_pte(edge.to_executorch().buffer, _inputs())[0]
+    torch.testing.assert_close(out, model(*_inputs()), atol=1e-4, rtol=1e-4)
+
+
+def _chain_graph(length: int) -> list:
+    graph = Graph()
+    return [graph.placeholder(f"n{i}") for i in range(length)]
+
+
+def test_disjoint_sets_group_a_long_partition_without_recursion() -> None:
+    nodes = _chain_graph(20_000)
+    sets = _DisjointSets()
+    sets.find(nodes[0])
+    for node in nodes[1:]:
+        sets.union(nodes[0], node)
+    (group,) = sets.groups()
+    assert set(group) == set(nodes)
+
+
+def test_disjoint_sets_group_as_executorch_does() -> None:
+    nodes = _chain_graph(60)
+    rng = random.Random(0)
+    partitions = [rng.sample(nodes, rng.randint(1, 5)) for _ in range(25)]
+    ours, theirs = _DisjointSets(), DSJ()
+    for partition in partitions:
+        for sets in (ours, theirs):
+            sets.find(partition[0])
+            for other in partition[1:]:
+                sets.union(partition[0], other)
+    assert [set(g) for g in ours.groups()] == [set(g) for g in theirs.gen_groups()]

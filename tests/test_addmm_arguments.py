@@ -229,3 +229,19 @@ def test_a_dynamic_batch_bias_stays_on_portable() -> None:
     for rows in (2, 5):
         x = torch.randn(rows, IN_FEATURES)
         torch.testing.assert_close(xnnfold.run_pte(program.buffer, (x,))[0], model(x))
+
+
+def test_a_scaled_unmutated_buffer_bias_is_folded() -> None:
+    class BufferBias(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(IN_FEATURES, OUT_FEATURES))
+            self.register_buffer("bias", torch.randn(OUT_FEATURES))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.addmm(self.bias, x, self.weight, beta=-1.5)
+
+    model = BufferBias().eval()
+    out, summary, _ = _run(model)
+    assert summary.fully_delegated
+    torch.testing.assert_close(out, model(*_inputs()), atol=1e-5, rtol=1e-5)

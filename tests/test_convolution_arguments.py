@@ -91,3 +91,40 @@ def test_convolution_argument_is_honoured(name: str) -> None:
     assert row.delegated and row.folded == expected, row
     out = xnnfold.run_pte(edge.to_executorch().buffer, _inputs(name))[0]
     torch.testing.assert_close(out, model(*_inputs(name)), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["parameter", "weight_norm"])
+def test_output_padding_not_below_stride_stays_on_portable(computed: bool) -> None:
+    """PyTorch allows output_padding < dilation; XNNPACK's deconvolution needs < stride."""
+    torch.manual_seed(0)
+    conv = nn.ConvTranspose2d(6, 6, 3, stride=1, dilation=2, output_padding=1, groups=3)
+    model = (weight_norm(conv) if computed else conv).eval()
+    inputs = (torch.randn(1, 6, 5, 5, generator=torch.Generator().manual_seed(1)),)
+    edge = xnnfold.lower(model, inputs)
+    (row,) = xnnfold.explain(edge).outside
+    assert "output_padding" in (row.reason or "")
+    out = xnnfold.run_pte(edge.to_executorch().buffer, inputs)[0]
+    torch.testing.assert_close(out, model(*inputs), atol=1e-5, rtol=1e-5)
+
+
+class RunTimeBias(nn.Module):
+    """A weight_norm convolution whose bias is computed from the input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = weight_norm(nn.Conv1d(CHANNELS, CHANNELS, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv._conv_forward(x, self.conv.weight, x.mean(dim=(0, 2)))
+
+
+def test_a_run_time_bias_leaves_the_weight_computation_decomposed() -> None:
+    """The GEMM stays on portable (XNNPACK wants a static bias), so nothing of its weight
+    computation may be kept undecomposed: `_weight_norm` has no portable kernel."""
+    model = RunTimeBias().eval()
+    inputs = _inputs("conv1d")
+    edge = xnnfold.lower(model, inputs)
+    assert len(xnnfold.explain(edge).outside) == 1
+    out = xnnfold.run_pte(edge.to_executorch().buffer, inputs)[0]
+    torch.testing.assert_close(out, model(*inputs), atol=1e-5, rtol=1e-5)

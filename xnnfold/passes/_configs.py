@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Optional, Union
 
-import torch
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
     ConvolutionConfig,
@@ -28,17 +27,17 @@ from executorch.backends.xnnpack.partition.config.xnnpack_config import (
 from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
-from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold.passes._constants import (
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
-    VAL_META_KEY,
 )
+from xnnfold.passes._arguments import addmm_problem, addmm_scales, deconvolution_problem
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._predicates import (
     find_weight_computation,
+    is_constant_source,
     is_preserved,
     Rejection,
     WeightComputation,
@@ -222,6 +221,29 @@ class FoldingGEMMMixin:
         beta and alpha); empty for every other GEMM."""
         return {}
 
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+        """Why XNNPACK cannot compute this GEMM's arguments, whatever its weight."""
+        return None
+
+    def constant_source(self, node: Node, ep: ExportedProgram) -> bool:
+        """True when placeholder ``node`` holds a value fixed at export: a parameter, a
+        constant, or a buffer no method writes."""
+        fqn = ep.graph_signature.inputs_to_buffers.get(node.name)
+        return is_constant_source(ep, node) and not (
+            fqn is not None and self.written_buffers and fqn in self.written_buffers
+        )
+
+    def check_constraints(  # type: ignore[override]
+        self, node: Node, ep: ExportedProgram
+    ) -> bool:
+        problem = self._argument_problem(node, ep)
+        if problem is not None:
+            why(node, problem)
+            if self.argument_problems is not None:
+                self.argument_problems[node.name] = problem
+            return False
+        return super().check_constraints(node, ep)  # type: ignore[misc]
+
     def folded_args(
         self, node: Node, ep: ExportedProgram, partition: list[Node]
     ) -> dict[int, Optional[str]]:
@@ -258,7 +280,13 @@ class FoldingGEMMMixin:
 
 
 class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
-    """`ConvolutionConfig` (1D/2D, depthwise, transposed) that folds computed weights."""
+    """`ConvolutionConfig` (1D/2D, depthwise, transposed) that folds computed weights,
+    and leaves on portable a deconvolution XNNPACK cannot run (`deconvolution_problem`)."""
+
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+        return deconvolution_problem(
+            transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
+        )
 
 
 class FoldingLinearConfig(FoldingGEMMMixin, LinearConfig):
@@ -283,12 +311,6 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
         return super().get_deps(node, ep)  # type: ignore[misc]
 
 
-def _number(value: object) -> Optional[float]:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
 class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
     """`AddmmConfig` that folds computed weights and biases, and honours every argument.
 
@@ -304,69 +326,22 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
     dynamic_weights = True
 
     def scales(self, node: Node) -> dict[int, float]:
-        factors = {
-            self.bias_idx: _number(node.kwargs.get("beta", 1)),
-            self.weight_idx: _number(node.kwargs.get("alpha", 1)),
-        }
-        return {i: f for i, f in factors.items() if f != 1.0 and f is not None}
+        return addmm_scales(node)
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
-        """Why XNNPACK's fully-connected op cannot compute this addmm, or None."""
-        for name in ("beta", "alpha"):
-            if name in node.kwargs and _number(node.kwargs[name]) is None:
-                return f"addmm's {name}={node.kwargs[name]!r} is not a number"
-        bias, out = node.args[self.bias_idx], node
-        bias_val = bias.meta.get(VAL_META_KEY) if isinstance(bias, Node) else None
-        out_val = out.meta.get(VAL_META_KEY)
-        if not isinstance(bias_val, torch.Tensor) or not isinstance(out_val, torch.Tensor):
-            return "addmm's bias or output has no known shape"
-        shape, channels = tuple(bias_val.shape), out_val.shape[-1]
-        # A size that depends on the inputs is never known to be one value per channel
-        # (and comparing it would specialize the program's symbols).
-        static = not free_symbols(bias_val) and isinstance(channels, int)
-        if not static or shape not in ((channels,), (1, channels)):
-            return (
-                f"addmm's bias has shape {list(shape)}; XNNPACK adds one value per output "
-                f"channel (shape [{channels}] or [1, {channels}])"
-            )
-        scales = self.scales(node)
-        if not scales:
-            return None
-        if not self.fold:
-            return (
-                "addmm has beta/alpha other than 1, which XNNPACK can only apply by "
-                "folding them into the weight and bias, and folding is off (fold=False)"
-            )
-        if self.force_non_static_weights_for_f32_linear:
-            return (
-                "addmm has beta/alpha other than 1, which XNNPACK cannot apply to a "
-                "weight or bias supplied at run time (force_non_static_weights_for_f32_linear)"
-            )
-        for index in scales:
+        def constant_or_foldable(index: int) -> bool:
             arg = node.args[index]
-            role = "bias" if index == self.bias_idx else "weight"
             if isinstance(arg, Node) and arg.op == "placeholder":
-                if arg.name in ep.graph_signature.inputs_to_parameters or (
-                    arg.name in ep.graph_signature.inputs_to_lifted_tensor_constants
-                ):
-                    continue
-            elif isinstance(self.computation(node, index, ep), WeightComputation):
-                continue
-            return (
-                f"addmm has {'beta' if role == 'bias' else 'alpha'}={scales[index]:g}, "
-                f"which XNNPACK can only apply by folding it into the {role}, and the "
-                f"{role} is not a constant or a foldable computation of constants"
-            )
-        return None
+                return self.constant_source(arg, ep)
+            return isinstance(self.computation(node, index, ep), WeightComputation)
 
-    def check_constraints(self, node: Node, ep: ExportedProgram) -> bool:
-        problem = self._argument_problem(node, ep)
-        if problem is not None:
-            why(node, problem)
-            if self.argument_problems is not None:
-                self.argument_problems[node.name] = problem
-            return False
-        return super().check_constraints(node, ep)
+        return addmm_problem(
+            node,
+            fold=self.fold,
+            force_non_static_weights=self.force_non_static_weights_for_f32_linear,
+            constant_or_foldable=constant_or_foldable,
+        )
+
 
 
 class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):

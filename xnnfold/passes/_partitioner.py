@@ -52,6 +52,7 @@ from xnnfold.passes._constants import (
     REASON_META_KEY,
     VAL_META_KEY,
 )
+from xnnfold.passes._arguments import addmm_problem, deconvolution_problem
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
 from xnnfold.passes._fold import has_fold_marks
@@ -63,6 +64,7 @@ from xnnfold.passes._reasons import (
 )
 from xnnfold.passes._predicates import (
     find_weight_computation,
+    is_constant_source,
     is_gemm,
     op_overload,
     Rejection,
@@ -142,6 +144,46 @@ def _aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
     return rank in (3, 4)  # convolutions: XNNPACK takes 1D and 2D
 
 
+def _argument_problem(
+    node: Node,
+    *,
+    force_non_static_weights: bool,
+    constant_or_foldable: Callable[[int], bool],
+) -> Optional[str]:
+    """The edge configs' argument rules (`_arguments`), on an ATen GEMM."""
+    target = node.target
+    if target is torch.ops.aten.addmm.default:
+        return addmm_problem(
+            node,
+            fold=True,
+            force_non_static_weights=force_non_static_weights,
+            constant_or_foldable=constant_or_foldable,
+        )
+    if target is torch.ops.aten.convolution.default:
+        return deconvolution_problem(
+            transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
+        )
+    if target in _ATEN_DECONVOLUTIONS:
+        args = node.args
+        return deconvolution_problem(
+            transposed=True,
+            stride=_spatial(args[3] if len(args) > 3 else node.kwargs.get("stride", 1)),
+            output_padding=_spatial(
+                args[5] if len(args) > 5 else node.kwargs.get("output_padding", 0)
+            ),
+        )
+    return None
+
+
+def _spatial(value: object) -> list[int]:
+    return list(value) if isinstance(value, (list, tuple)) else [int(value)]  # type: ignore[call-overload]
+
+
+_ATEN_DECONVOLUTIONS = frozenset(
+    {torch.ops.aten.conv_transpose1d.default, torch.ops.aten.conv_transpose2d.input}
+)
+
+
 # Keyed by node name, not Node: a Node refers to its graph and would keep the weak key alive.
 _PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[object, dict[str, torch._ops.OpOverload]]]" = (
     weakref.WeakKeyDictionary()
@@ -189,7 +231,8 @@ def _preserved_nodes(
             node, force_non_static_weights=force_non_static_weights
         ):
             continue
-        for index in positions[:1] if force_non_static_weights else positions:
+        results: dict[int, Optional[WeightComputation]] = {}
+        for index in positions:
             result = find_weight_computation(
                 node,
                 index,
@@ -198,11 +241,34 @@ def _preserved_nodes(
                 options=options,
                 stored_elsewhere=stored_elsewhere,
             )
-            if not isinstance(result, WeightComputation) or written_elsewhere(
+            ok = isinstance(result, WeightComputation) and not written_elsewhere(
                 result, ep, set(written_buffers)
-            ):
-                continue
-            for member in result.nodes:
+            )
+            results[index] = result if ok else None  # type: ignore[assignment]
+
+        def constant_or_foldable(index: int) -> bool:
+            arg = node.args[index] if index < len(node.args) else None
+            if arg is None:
+                return True
+            if isinstance(arg, Node) and arg.op == "placeholder":
+                fqn = ep.graph_signature.inputs_to_buffers.get(arg.name)
+                return is_constant_source(ep, arg) and fqn not in written_buffers
+            return results[index] is not None
+
+        # Ops are kept only for a GEMM the edge configs will then take with every
+        # argument in its partition: a kept op outside a delegate has no kernel at all.
+        # (With force_non_static_weights the stock configs take biases at run time.)
+        checked = positions[:1] if force_non_static_weights else positions
+        if not all(constant_or_foldable(i) for i in checked):
+            continue
+        if _argument_problem(
+            node,
+            force_non_static_weights=force_non_static_weights,
+            constant_or_foldable=constant_or_foldable,
+        ):
+            continue
+        for result in results.values():
+            for member in result.nodes if result is not None else ():
                 op = op_overload(member.target)
                 if op is not None and _keepable(op):
                     preserved[member.name] = op

@@ -48,6 +48,7 @@ __all__ = [
     "find_weight_computation",
     "gemm_positions",
     "is_gemm",
+    "is_constant_source",
     "is_preserved",
     "op_overload",
     "site_of",
@@ -394,6 +395,12 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
     )
     _CONSTANT_MAPS[graph] = result
     return result
+
+
+def is_constant_source(ep: ExportedProgram, node: Node) -> bool:
+    """True when placeholder ``node`` is a parameter, a constant, or a buffer this
+    program never writes (other methods' writes are the caller's to check)."""
+    return node.op == "placeholder" and _constant_map(ep).constant.get(node.name, False)
 
 
 def stored_constants(ep: ExportedProgram) -> frozenset[str]:

@@ -1,0 +1,117 @@
+"""Which GEMM arguments XNNPACK can compute, shared by the partitioner's two checks.
+
+The XNNPACK serializer reads a fixed set of arguments from each GEMM. An addmm becomes a
+fully-connected op, ``x @ W + b`` with one bias value per output channel: it has no slot
+for ``beta`` or ``alpha`` and no broadcast bias. A transposed convolution becomes a
+deconvolution whose adjustment (PyTorch's ``output_padding``) must be smaller than its
+stride, while PyTorch also allows one smaller than the dilation. executorch's stock
+configs accept all of these and the delegate then computes something else, or fails to
+load. These rules run on the ATen graph (which ops to keep undecomposed) and on the edge
+graph (what to delegate), so both always agree.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import torch
+from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import free_symbols
+
+from xnnfold.passes._constants import VAL_META_KEY
+
+__all__ = [
+    "ADDMM_BIAS",
+    "ADDMM_WEIGHT",
+    "addmm_problem",
+    "addmm_scales",
+    "deconvolution_problem",
+]
+
+# addmm(input, mat1, mat2, *, beta, alpha), in ATen and in the edge dialect alike.
+ADDMM_BIAS = 0
+ADDMM_WEIGHT = 2
+_SCALE_OF = {ADDMM_BIAS: "beta", ADDMM_WEIGHT: "alpha"}
+
+
+def _number(value: object) -> Optional[float]:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def addmm_scales(node: Node) -> dict[int, float]:
+    """{argument index: factor} for addmm's beta (bias) and alpha (weight) other than 1."""
+    factors = {i: _number(node.kwargs.get(name, 1)) for i, name in _SCALE_OF.items()}
+    return {i: f for i, f in factors.items() if f is not None and f != 1.0}
+
+
+def addmm_problem(
+    node: Node,
+    *,
+    fold: bool,
+    force_non_static_weights: bool,
+    constant_or_foldable: Callable[[int], bool],
+) -> Optional[str]:
+    """Why XNNPACK's fully-connected op cannot compute this addmm, or None.
+
+    ``beta``/``alpha`` other than 1 are computable only by folding them into the bias and
+    weight, so each scaled argument must be a constant or a foldable computation of
+    constants (``constant_or_foldable(index)``).
+    """
+    for name in _SCALE_OF.values():
+        if name in node.kwargs and _number(node.kwargs[name]) is None:
+            return f"addmm's {name}={node.kwargs[name]!r} is not a number"
+    bias = node.args[ADDMM_BIAS]
+    bias_val = bias.meta.get(VAL_META_KEY) if isinstance(bias, Node) else None
+    out_val = node.meta.get(VAL_META_KEY)
+    if not isinstance(bias_val, torch.Tensor) or not isinstance(out_val, torch.Tensor):
+        return "addmm's bias or output has no known shape"
+    shape, channels = tuple(bias_val.shape), out_val.shape[-1]
+    # A size that depends on the inputs is never known to be one value per channel (and
+    # comparing it would specialize the program's symbols).
+    static = not free_symbols(bias_val) and isinstance(channels, int)
+    if not static or shape not in ((channels,), (1, channels)):
+        return (
+            f"addmm's bias has shape {list(shape)}; XNNPACK adds one value per output "
+            f"channel (shape [{channels}] or [1, {channels}])"
+        )
+    scales = addmm_scales(node)
+    if not scales:
+        return None
+    if not fold:
+        return (
+            "addmm has beta/alpha other than 1, which XNNPACK can only apply by folding "
+            "them into the weight and bias, and folding is off (fold=False)"
+        )
+    if force_non_static_weights:
+        return (
+            "addmm has beta/alpha other than 1, which XNNPACK cannot apply to a weight "
+            "or bias supplied at run time (force_non_static_weights_for_f32_linear)"
+        )
+    for index, factor in scales.items():
+        if not constant_or_foldable(index):
+            role = "bias" if index == ADDMM_BIAS else "weight"
+            return (
+                f"addmm has {_SCALE_OF[index]}={factor:g}, which XNNPACK can only apply "
+                f"by folding it into the {role}, and the {role} is not a constant or a "
+                "foldable computation of constants"
+            )
+    return None
+
+
+def deconvolution_problem(
+    *, transposed: bool, stride: Sequence[int], output_padding: Sequence[int]
+) -> Optional[str]:
+    """Why XNNPACK's deconvolution cannot take these arguments, or None."""
+    if not transposed:
+        return None
+    strides = list(stride) * (len(output_padding) if len(stride) == 1 else 1)
+    for adjustment, step in zip(output_padding, strides):
+        if adjustment >= step:
+            return (
+                f"the transposed convolution has output_padding {list(output_padding)} "
+                f"not below its stride {list(stride)}; XNNPACK's deconvolution needs "
+                "output_padding < stride"
+            )
+    return None

@@ -79,3 +79,25 @@ def test_a_scalar_read_from_a_written_buffer_is_not_folded() -> None:
     assert row.folded == ()
     assert "written by the program" in (row.reason or "")
     # (Not run: executorch serializes a mutated buffer without its initial value.)
+
+
+class WrittenWeight(nn.Module):
+    """The (16, 8) weight of ``torch.mm`` is a buffer the program updates every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("weight", torch.randn(16, 8, generator=torch.Generator().manual_seed(5)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.mm(x, self.weight)
+        self.weight.mul_(0.5)
+        return out
+
+
+def test_a_written_buffer_is_never_stored_as_a_gemm_weight() -> None:
+    """The stock configs take any buffer as a static weight; the delegate would then
+    keep the export-time value while the program halves it every call."""
+    edge = xnnfold.lower(WrittenWeight().eval(), _inputs())
+    (row,) = xnnfold.explain(edge).rows
+    assert not row.delegated
+    assert "which the program writes" in (row.reason or "")

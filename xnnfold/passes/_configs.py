@@ -233,10 +233,32 @@ class FoldingGEMMMixin:
             fqn is not None and self.written_buffers and fqn in self.written_buffers
         )
 
+    def _written_static_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+        """A weight or bias XNNPACK would store is a buffer the program writes: the
+        delegate would keep its export-time value while the program updates it (the
+        stock configs take any buffer as static)."""
+        run_time = self.force_non_static_weights_for_f32_linear
+        positions = [] if run_time else [self.bias_idx]
+        if not (run_time and self.dynamic_weights):
+            positions.append(self.weight_idx)
+        for index in positions:
+            arg = node.args[index] if index is not None and index < len(node.args) else None
+            if (
+                isinstance(arg, Node)
+                and arg.name in ep.graph_signature.inputs_to_buffers
+                and not self.constant_source(arg, ep)
+            ):
+                role = "weight" if index == self.weight_idx else "bias"
+                return (
+                    f"its {role} is buffer '{arg.name}', which the program writes; "
+                    "XNNPACK would store its value at export time"
+                )
+        return None
+
     def check_constraints(  # type: ignore[override]
         self, node: Node, ep: ExportedProgram
     ) -> bool:
-        problem = self._argument_problem(node, ep)
+        problem = self._written_static_problem(node, ep) or self._argument_problem(node, ep)
         if problem is not None:
             why(node, problem)
             if self.argument_problems is not None:

@@ -274,6 +274,12 @@ def _used_as_gemm_weight(value: Node, user: Node) -> bool:
     return bool(uses) and all(i in positions for i in uses)
 
 
+def _readers(node: Node) -> list[Node]:
+    """``node``'s users that use its value: not the checks torch.export records on a
+    tensor (`ASSERTION_OPS`), which store nothing and which to_edge removes."""
+    return [user for user in node.users if user.target not in ASSERTION_OPS]
+
+
 def _op_identity(target: object) -> object:
     """"_weight_norm.default" for the ATen op, its edge wrapper, and the copy executorch
     keeps out of decomposition under another namespace while it decomposes the rest."""
@@ -374,13 +380,14 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
         constant[node.name] = node.name not in culprit
     weight_only: dict[str, bool] = {}
     for node in reversed(graph.nodes):
+        users = _readers(node)
         weight_only[node.name] = (
             constant[node.name]
-            and bool(node.users)
+            and bool(users)
             and all(
                 _used_as_gemm_weight(node, user)
                 or (user.op == "call_function" and weight_only.get(user.name, False))
-                for user in node.users
+                for user in users
             )
         )
     order = {node.name: i for i, node in enumerate(graph.nodes)}
@@ -420,8 +427,7 @@ def stored_constants(ep: ExportedProgram) -> frozenset[str]:
         if any(
             _used_as_gemm_weight(node, user)
             or not (user.op == "call_function" and cmap.weight_only.get(user.name, False))
-            for user in node.users
-            if user.target not in ASSERTION_OPS
+            for user in _readers(node)
         ):
             stored.add(fqns[node.name])
     return frozenset(stored)
@@ -624,7 +630,7 @@ def find_weight_computation(
     # The one exception is another GEMM weight or bias computed from the same sources
     # (a packed projection split per GEMM, a module called twice): those fold too.
     for node in closure:
-        for user in node.users:
+        for user in _readers(node):
             if user in members or user is gemm:
                 continue
             if _used_as_gemm_weight(node, user) or (

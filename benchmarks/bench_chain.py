@@ -22,28 +22,14 @@ import warnings
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
-from torch import nn
 
 import xnnfold
+from xnnfold.fixtures._patterns import ChainedWeight
 
 warnings.filterwarnings("ignore")
 VARIANTS = ("xnnfold", "stock")
-
-
-class ChainedWeight(nn.Module):
-    def __init__(self, steps: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(8, 16, generator=torch.Generator().manual_seed(1)))
-        self.steps = steps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.weight
-        for _ in range(self.steps):
-            weight = weight * 1.0001 + 0.0001
-        return F.linear(x, weight)
 
 
 def _lower_seconds(ep: torch.export.ExportedProgram, variant: str) -> tuple[float, bytes]:

@@ -245,3 +245,27 @@ def test_a_scaled_unmutated_buffer_bias_is_folded() -> None:
     out, summary, _ = _run(model)
     assert summary.fully_delegated
     torch.testing.assert_close(out, model(*_inputs()), atol=1e-5, rtol=1e-5)
+
+
+def test_a_declined_addmm_keeps_nothing_of_its_weight_undecomposed() -> None:
+    """Found by the differential tester: spectral_norm's ``mv`` was kept undecomposed
+    for an addmm the argument rules then declined, and lowering stopped."""
+
+    class SpectralAddmm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.holder = torch.nn.utils.parametrizations.spectral_norm(
+                nn.Linear(OUT_FEATURES, IN_FEATURES)
+            )
+            self.bias = nn.Parameter(torch.tensor(0.5))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.addmm(self.bias, x, self.holder.weight)
+
+    model = SpectralAddmm().eval()
+    edge = xnnfold.lower(model, _inputs())
+    (row,) = xnnfold.explain(edge).outside
+    assert "per output channel" in (row.reason or "")
+    out = xnnfold.run_pte(edge.to_executorch().buffer, _inputs())[0]
+    torch.testing.assert_close(out, model(*_inputs()), atol=1e-5, rtol=1e-5)

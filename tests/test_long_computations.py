@@ -12,29 +12,13 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 from executorch.exir.backend.canonical_partitioners.config_partitioner import DSJ
-from torch import nn
 from torch.fx import Graph
 
 import xnnfold
+from xnnfold.fixtures._patterns import ChainedWeight
 from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes._partitioner import _DisjointSets
-
-
-class ChainedWeight(nn.Module):
-    """``w = w * 1.0001 + 0.0001``, ``steps`` times (two nodes a step), then a linear."""
-
-    def __init__(self, steps: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(8, 16, generator=torch.Generator().manual_seed(1)))
-        self.steps = steps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.weight
-        for _ in range(self.steps):
-            weight = weight * 1.0001 + 0.0001
-        return F.linear(x, weight)
 
 
 def _inputs() -> tuple[torch.Tensor]:

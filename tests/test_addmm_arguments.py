@@ -269,3 +269,27 @@ def test_a_declined_addmm_keeps_nothing_of_its_weight_undecomposed() -> None:
     assert "per output channel" in (row.reason or "")
     out = xnnfold.run_pte(edge.to_executorch().buffer, _inputs())[0]
     torch.testing.assert_close(out, model(*_inputs()), atol=1e-5, rtol=1e-5)
+
+
+class TransposedScaledAddmm(nn.Module):
+    """``addmm(b, x, W.t())``: the weight reaches the delegate as a transpose of a
+    constant, which the fold keeps (XNNPACK turns it back into a linear)."""
+
+    def __init__(self, *, computed: bool) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(8)
+        self.weight = nn.Parameter(torch.randn(OUT_FEATURES, IN_FEATURES, generator=generator))
+        self.bias = nn.Parameter(torch.randn(OUT_FEATURES, generator=generator))
+        self.computed = computed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = self.weight * 1.0001 if self.computed else self.weight
+        return torch.addmm(self.bias, x, weight.t(), beta=0.5, alpha=2.0)
+
+
+@pytest.mark.parametrize("computed", [False, True], ids=["param_weight", "computed_weight"])
+def test_a_scaled_transposed_weight_is_delegated_and_matches_eager(computed: bool) -> None:
+    model = TransposedScaledAddmm(computed=computed).eval()
+    out, summary, _ = _run(model)
+    assert summary.fully_delegated, summary
+    torch.testing.assert_close(out, model(*_inputs()), atol=1e-5, rtol=1e-5)

@@ -425,8 +425,9 @@ def stored_constants(ep: ExportedProgram) -> frozenset[str]:
         if node.op != "placeholder" or node.name not in fqns:
             continue
         if any(
-            _used_as_gemm_weight(node, user)
-            or not (user.op == "call_function" and cmap.weight_only.get(user.name, False))
+            # A GEMM whose own result only feeds weights (the `A @ B` of a low-rank
+            # weight) is part of a computation, not a reader of a stored weight.
+            not (user.op == "call_function" and cmap.weight_only.get(user.name, False))
             for user in _readers(node)
         ):
             stored.add(fqns[node.name])

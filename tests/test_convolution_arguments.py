@@ -128,3 +128,39 @@ def test_a_run_time_bias_leaves_the_weight_computation_decomposed() -> None:
     assert len(xnnfold.explain(edge).outside) == 1
     out = xnnfold.run_pte(edge.to_executorch().buffer, inputs)[0]
     torch.testing.assert_close(out, model(*inputs), atol=1e-5, rtol=1e-5)
+
+
+class SharedKernel(nn.Module):
+    """A Conv1d whose kernel is also read by an elementwise op, with a computed bias
+    (so that only folding makes the convolution delegable)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv1d(CHANNELS, CHANNELS, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv._conv_forward(x, self.conv.weight, self.conv.bias * 2.0)
+        return y + torch.tanh(self.conv.weight).mean()
+
+
+class CalledTwice(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv1d(CHANNELS, CHANNELS, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(torch.tanh(self.conv(x)))
+
+
+@pytest.mark.parametrize("build", [SharedKernel, CalledTwice], ids=["elementwise", "called_twice"])
+def test_a_shared_1d_kernel_is_not_delegated(build: type[nn.Module]) -> None:
+    """XNNPACK reshapes a 1D kernel in place: with another reader in the delegate the
+    program fails at run time (elementwise) or in lowering (a second convolution)."""
+    model = build().eval()
+    inputs = _inputs("conv1d")
+    edge = xnnfold.lower(model, inputs)
+    assert all("reshapes a 1D kernel" in (r.reason or "") for r in xnnfold.explain(edge).outside)
+    out = xnnfold.run_pte(edge.to_executorch().buffer, inputs)[0]
+    torch.testing.assert_close(out, model(*inputs), atol=1e-5, rtol=1e-5)

@@ -79,7 +79,7 @@ TEST_SHRINK_ATTEMPTS: Final = 4
 FP32_TOLERANCE: Final = 2e-4
 CAST_TOLERANCE: Final = 2e-2
 # Oracle (c): bytes an XNNPACK node and its delegate entry may cost over a portable op.
-DELEGATE_OVERHEAD_BYTES: Final = 256
+DELEGATE_OVERHEAD_BYTES: Final = 1024
 ORACLES: Final = ("a", "b", "c", "d")
 ORACLE_NAMES: Final = {
     "a": "xnnfold .pte equals eager",

@@ -4,7 +4,9 @@ The XNNPACK serializer reads a fixed set of arguments from each GEMM. An addmm b
 fully-connected op, ``x @ W + b`` with one bias value per output channel: it has no slot
 for ``beta`` or ``alpha`` and no broadcast bias. A transposed convolution becomes a
 deconvolution whose adjustment (PyTorch's ``output_padding``) must be smaller than its
-stride, while PyTorch also allows one smaller than the dilation. executorch's stock
+stride, while PyTorch also allows one smaller than the dilation. A 1D convolution's
+kernel is reshaped in place by XNNPACK's Conv1dUnsqueezePass, so any other reader of
+the same constant in the delegate reads a tensor of the wrong rank. executorch's stock
 configs accept all of these and the delegate then computes something else, or fails to
 load. These rules run on the ATen graph (which ops to keep undecomposed) and on the edge
 graph (what to delegate), so both always agree.
@@ -26,6 +28,7 @@ __all__ = [
     "addmm_problem",
     "addmm_scales",
     "deconvolution_problem",
+    "shared_1d_kernel_problem",
 ]
 
 # addmm(input, mat1, mat2, *, beta, alpha), in ATen and in the edge dialect alike.
@@ -115,3 +118,26 @@ def deconvolution_problem(
                 "output_padding < stride"
             )
     return None
+
+
+def shared_1d_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
+    """Why a 1D convolution's stored kernel cannot be delegated: something else reads it.
+
+    Conv1dUnsqueezePass unsqueezes the kernel constant in place; a second convolution
+    on it fails in lowering, an elementwise op on it fails at run time (a tensor of rank
+    4 where 3 was serialized).
+    """
+    weight = node.args[weight_index] if weight_index < len(node.args) else None
+    if not isinstance(weight, Node) or weight.op != "placeholder":
+        return None
+    val = weight.meta.get(VAL_META_KEY)
+    if not isinstance(val, torch.Tensor) or val.dim() != 3:
+        return None
+    others = [user.name for user in weight.users if user is not node]
+    if not others:
+        return None
+    return (
+        f"the 1D convolution's kernel '{weight.name}' is also read by '{others[0]}'; "
+        "XNNPACK reshapes a 1D kernel in place (Conv1dUnsqueezePass), which breaks "
+        "every other reader"
+    )

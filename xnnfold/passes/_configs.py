@@ -33,7 +33,12 @@ from xnnfold.passes._constants import (
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
 )
-from xnnfold.passes._arguments import addmm_problem, addmm_scales, deconvolution_problem
+from xnnfold.passes._arguments import (
+    addmm_problem,
+    addmm_scales,
+    deconvolution_problem,
+    shared_1d_kernel_problem,
+)
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._predicates import (
     find_weight_computation,
@@ -306,7 +311,7 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
     and leaves on portable a deconvolution XNNPACK cannot run (`deconvolution_problem`)."""
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
-        return deconvolution_problem(
+        return shared_1d_kernel_problem(node, self.weight_idx) or deconvolution_problem(
             transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
         )
 

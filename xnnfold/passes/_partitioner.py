@@ -52,7 +52,11 @@ from xnnfold.passes._constants import (
     REASON_META_KEY,
     VAL_META_KEY,
 )
-from xnnfold.passes._arguments import addmm_problem, deconvolution_problem
+from xnnfold.passes._arguments import (
+    addmm_problem,
+    deconvolution_problem,
+    shared_1d_kernel_problem,
+)
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
 from xnnfold.passes._fold import has_fold_marks
@@ -152,6 +156,10 @@ def _argument_problem(
 ) -> Optional[str]:
     """The edge configs' argument rules (`_arguments`), on an ATen GEMM."""
     target = node.target
+    if target in _ATEN_CONVOLUTIONS:
+        problem = shared_1d_kernel_problem(node, 1)
+        if problem is not None:
+            return problem
     if target is torch.ops.aten.addmm.default:
         return addmm_problem(
             node,
@@ -181,6 +189,10 @@ def _spatial(value: object) -> list[int]:
 
 _ATEN_DECONVOLUTIONS = frozenset(
     {torch.ops.aten.conv_transpose1d.default, torch.ops.aten.conv_transpose2d.input}
+)
+_ATEN_CONVOLUTIONS = frozenset(
+    {op for op, positions in ATEN_GEMM_ARGS.items() if positions == (1, 2)}
+    - {torch.ops.aten.linear.default}
 )
 
 

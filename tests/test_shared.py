@@ -8,7 +8,7 @@ portable, than the stock program), and every output matches eager through the ru
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pytest
 import torch
@@ -307,8 +307,8 @@ _METHOD_INPUTS = {
 }
 
 
-def _tied_program(partitioners: str) -> tuple[ExecutorchProgramManager, Any]:
-    table = _Table().eval()
+def _tied_program(partitioners: str, table: Optional[_Table] = None) -> tuple[ExecutorchProgramManager, Any]:
+    table = table or _Table().eval()
     modules = {"embed": _Lookup(table).eval(), "logits": _TiedLogits(table).eval()}
     programs = {k: torch.export.export(m, _METHOD_INPUTS[k]) for k, m in modules.items()}
     partitioner: Any
@@ -340,3 +340,15 @@ def test_methods_sharing_a_table_match_eager(method: str) -> None:
     torch.testing.assert_close(
         out, modules[method](*_METHOD_INPUTS[method]), rtol=1e-5, atol=1e-5
     )
+
+
+def test_facts_of_one_lowering_do_not_decline_the_next() -> None:
+    """After a program whose `embed` method stores the table, lowering `logits` alone
+    (the same tensors) folds the transposed table again: nothing else stores it."""
+    table = _Table().eval()
+    _tied_program("one", table)
+    logits = _TiedLogits(table).eval()
+    ep = torch.export.export(logits, _METHOD_INPUTS["logits"])
+    edge = to_edge_transform_and_lower(ep, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
+    (mm,) = [r for r in xnnfold.explain(edge).rows if r.op == "mm"]
+    assert mm.folded == ("weight",), mm

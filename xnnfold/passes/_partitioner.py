@@ -29,6 +29,8 @@ from executorch.exir.backend.canonical_partitioners.config_partitioner import (
     is_constant_data,
 )
 from executorch.exir.backend.partitioner import PartitionResult
+from executorch.exir.delegate import executorch_call_delegate
+from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
@@ -211,12 +213,42 @@ class _ConstantFact:
     stored: bool = False
 
 
-# Constant tensors of the programs being lowered, by id (a WeakSet would compare tensors
-# with `==`), with what some method does with each: writes it (a buffer updated by
-# `set_gain`), or stores it whatever folds (an embedding table one method looks up while
-# another multiplies by it). Shared by all folding partitioners: a dict of per-method
-# partitioners gives the reading and the writing method different instances.
-_CONSTANT_FACTS: dict[int, _ConstantFact] = {}
+class _ConstantFacts:
+    """Constant tensors of the programs being lowered, by id (a WeakSet would compare
+    tensors with `==`), with what some method does with each: writes it (a buffer updated
+    by `set_gain`), or stores it whatever folds (an embedding table one method looks up
+    while another multiplies by it).
+
+    Shared by all folding partitioners: a dict of per-method partitioners gives the
+    reading and the writing method different instances. A lowering asks every method's
+    partitioners for ops_to_not_decompose, then partitions every method; the first
+    question after a partition therefore starts a new record, so one lowering's facts
+    do not decline the next one's folds.
+    """
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, _ConstantFact] = {}
+        self.partitioned = False
+
+    def start_question(self) -> None:
+        if self.partitioned:
+            self.by_id.clear()
+            self.partitioned = False
+        for key in [k for k, fact in self.by_id.items() if fact.tensor() is None]:
+            del self.by_id[key]
+
+    def get(self, tensor: torch.Tensor) -> Optional[_ConstantFact]:
+        fact = self.by_id.get(id(tensor))
+        return fact if fact is not None and fact.tensor() is tensor else None
+
+    def record(self, tensor: torch.Tensor) -> _ConstantFact:
+        fact = self.get(tensor)
+        if fact is None:
+            fact = self.by_id[id(tensor)] = _ConstantFact(weakref.ref(tensor))
+        return fact
+
+
+_CONSTANT_FACTS = _ConstantFacts()
 
 
 def _preserved_nodes(
@@ -630,8 +662,14 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         share, which also keeps one model's facts from declining another model's constant
         of the same name).
         """
-        for key in [k for k, fact in _CONSTANT_FACTS.items() if fact.tensor() is None]:
-            del _CONSTANT_FACTS[key]
+        if any(
+            isinstance(node.target, EdgeOpOverload) or node.target is executorch_call_delegate
+            for node in ep.graph.nodes
+        ):
+            # executorch's check after lowering, on the edge program: this lowering is
+            # partitioned already, and its facts must not outlive it.
+            return
+        _CONSTANT_FACTS.start_question()
         signature = ep.graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         stored = stored_constants(ep)
@@ -640,9 +678,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             if not isinstance(tensor, torch.Tensor):
                 continue
             self._constant_tensors[fqn] = weakref.ref(tensor)
-            fact = _CONSTANT_FACTS.get(id(tensor))
-            if fact is None or fact.tensor() is not tensor:
-                fact = _CONSTANT_FACTS[id(tensor)] = _ConstantFact(weakref.ref(tensor))
+            fact = _CONSTANT_FACTS.record(tensor)
             fact.written |= fqn in mutated
             fact.stored |= fqn in stored
         self._refresh_facts()
@@ -652,8 +688,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         stored: set[str] = set()
         for fqn, ref in self._constant_tensors.items():
             tensor = ref()
-            fact = _CONSTANT_FACTS.get(id(tensor)) if tensor is not None else None
-            if fact is None or fact.tensor() is not tensor:
+            fact = _CONSTANT_FACTS.get(tensor) if tensor is not None else None
+            if fact is None:
                 continue
             if fact.written:
                 written.add(fqn)
@@ -672,6 +708,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             # Facts of methods asked about after this partitioner last looked. (Not
             # `_note_constants`: the edge program holds copies of the tensors.)
             self._refresh_facts()
+        _CONSTANT_FACTS.partitioned = True
         with collect_why_reasons() as stock_reasons:
             result = super().partition(exported_program)
         if self.fold:

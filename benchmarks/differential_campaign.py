@@ -22,6 +22,7 @@ import argparse
 import collections
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Final, Optional
 
@@ -62,8 +63,15 @@ def _upstream(message: str) -> bool:
 
 
 def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps: int,
-        progress: bool, time_budget: Optional[float] = None) -> int:
+        progress: bool, time_budget: Optional[float] = None,
+        long_chain_weight: Optional[float] = None) -> int:
     options = GenOptions(max_chain_steps=max_chain_steps)
+    if long_chain_weight is not None:
+        # The stock lowering of a chain of thousands of nodes takes minutes here: a
+        # campaign with a time budget draws fewer of them.
+        options = replace(options, scenarios=tuple(
+            (name, long_chain_weight if name == "long_chain" else weight)
+            for name, weight in options.scenarios))
     start = time.perf_counter()
     failed_by_oracle: collections.Counter[str] = collections.Counter()
     upstream_by_oracle: collections.Counter[str] = collections.Counter()
@@ -119,7 +127,9 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
         "",
         f"`python benchmarks/differential_campaign.py --models {models} --seed {seed} "
         f"--shrink-attempts {shrink_attempts} --max-chain-steps {max_chain_steps}"
-        + (f" --time-budget {time_budget:g}" if time_budget is not None else "") + "`",
+        + (f" --time-budget {time_budget:g}" if time_budget is not None else "")
+        + (f" --long-chain-weight {long_chain_weight:g}" if long_chain_weight is not None else "")
+        + "`",
         "",
         f"- programs run: {ran} of {models}"
         + (" (stopped by the time budget)" if ran < models else ""),
@@ -159,9 +169,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--time-budget", type=float, default=None,
                         help="stop drawing programs after this many seconds (the report "
                         "says how many ran)")
+    parser.add_argument("--long-chain-weight", type=float, default=None,
+                        help="weight of the long-chain scenario (default: the generator's)")
     args = parser.parse_args(argv)
     return run(args.models, args.seed, args.out, args.shrink_attempts, args.max_chain_steps,
-               not args.quiet, args.time_budget)
+               not args.quiet, args.time_budget, args.long_chain_weight)
 
 
 if __name__ == "__main__":

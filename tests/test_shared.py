@@ -352,3 +352,79 @@ def test_facts_of_one_lowering_do_not_decline_the_next() -> None:
     edge = to_edge_transform_and_lower(ep, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
     (mm,) = [r for r in xnnfold.explain(edge).rows if r.op == "mm"]
     assert mm.folded == ("weight",), mm
+
+
+class PackedWithDeclinedReader(nn.Module):
+    """One packed source: a slice is a linear's weight, another slice the weight of an
+    addmm XNNPACK cannot compute (its bias is per row), which stays on portable.
+
+    Found by the differential campaign: the linear's fold assumed the addmm folds too,
+    so inside the delegate its source still had another reader and the fold pass
+    refused the mark.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.packed = nn.Parameter(torch.randn(16 * 8 + 8 * 4))
+        self.row_bias = nn.Parameter(torch.randn(3, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w1 = self.packed[: 16 * 8].reshape(8, 16) * 2.0
+        w2 = self.packed[16 * 8 :].reshape(8, 4) * 2.0
+        h = torch.tanh(x @ w1.t())
+        return torch.addmm(self.row_bias, h, w2)
+
+
+def test_a_source_shared_with_a_declined_gemm_lowers_and_matches_eager() -> None:
+    model = PackedWithDeclinedReader().eval()
+    inputs = _inputs((3, 16))
+    folded = lower_folding(model, inputs)
+    stock = lower_stock(PackedWithDeclinedReader().eval(), inputs)
+    (out,) = xnnfold.run_pte(folded.buffer, inputs)
+    torch.testing.assert_close(out, model(*inputs), rtol=1e-5, atol=1e-5)
+    rows = {r.op: r for r in xnnfold.explain(folded.edge).rows}
+    assert not rows["addmm"].delegated
+    # The packed source stays in the program for the addmm, so the linear is not
+    # folded (that would store the slice twice); it still runs in the delegate.
+    assert rows["mm"].delegated and rows["mm"].folded == ()
+    assert len(folded.buffer) <= len(stock.buffer) + 1024
+
+
+class _Packed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(16 * 8))
+        self.b = nn.Parameter(torch.randn(8))
+
+
+class _ScaledStackBias(nn.Module):
+    """addmm with beta, its bias computed by `stack` (kept undecomposed to fold)."""
+
+    def __init__(self, packed: _Packed) -> None:
+        super().__init__()
+        self.packed = packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.packed
+        return torch.addmm(torch.stack([p.b]), x, p.w.reshape(16, 8), beta=0.5)
+
+
+class _ReadsPacked(_ScaledStackBias):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.tanh(self.packed.w).mean()
+
+
+def test_a_later_method_storing_a_source_does_not_strand_kept_ops() -> None:
+    """Found by the differential campaign: `forward`'s ops were kept undecomposed before
+    `other` showed that it stores the weight's source; the addmm must still fold."""
+    packed = _Packed().eval()
+    modules = {"forward": _ScaledStackBias(packed).eval(), "other": _ReadsPacked(packed).eval()}
+    inputs = {"forward": _inputs((3, 16)), "other": _inputs((3, 16))}
+    programs = {k: torch.export.export(m, inputs[k]) for k, m in modules.items()}
+    edge = to_edge_transform_and_lower(programs, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
+    buffer = edge.to_executorch().buffer
+    for name, module in modules.items():
+        (out,) = xnnfold.run_pte(buffer, inputs[name], name)
+        torch.testing.assert_close(out, module(*inputs[name]), rtol=1e-5, atol=1e-5)

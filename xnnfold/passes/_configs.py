@@ -113,6 +113,10 @@ class FoldingGEMMMixin:
     # Constants (by FQN) that some method of the program stores anyway: folding a
     # computation of them frees none of their bytes.
     stored_elsewhere: frozenset[str] = frozenset()
+    # GEMMs (by name) the last partitioning took without folding a computed-constant
+    # argument, or declined: they keep what they read (see the partitioner's
+    # get_matched_nodes_from_configs).
+    non_folding: frozenset[str] = frozenset()
     # {GEMM name: why} for GEMMs declined because XNNPACK cannot compute one of their
     # arguments (addmm's beta, a broadcast bias), whatever the weight.
     argument_problems: Optional[dict[str, str]] = None
@@ -138,6 +142,7 @@ class FoldingGEMMMixin:
             arg_positions=self._arg_positions(),
             options=self.options,
             stored_elsewhere=self.stored_elsewhere,
+            non_folding=self.non_folding - {node.name},
         )
         if isinstance(result, Rejection) and self.stored_elsewhere:
             alone = find_weight_computation(
@@ -146,13 +151,13 @@ class FoldingGEMMMixin:
                 ep,
                 arg_positions=self._arg_positions(),
                 options=self.options,
+                non_folding=self.non_folding - {node.name},
             )
-            if isinstance(alone, WeightComputation) and any(
-                is_preserved(n) for n in alone.nodes
-            ):
+            if isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
                 # Declined only because a method lowered after this one's decompositions
-                # stores a source too; this computation kept ops (`_weight_norm`) that
-                # have no portable kernel, so it must fold. Correct, but stored twice.
+                # stores a source too; this GEMM's computations kept ops (`_weight_norm`,
+                # `stack`) that have no portable kernel, so it must be delegated with
+                # them folded. Correct, but stored twice.
                 logger.warning(
                     "xnnfold: the %s of GEMM '%s' is folded although another method "
                     "stores its sources too, so the program holds both; lower the "
@@ -162,6 +167,24 @@ class FoldingGEMMMixin:
                 )
                 result = alone
         return written_elsewhere(result, ep, self.written_buffers) or result
+
+    def _keeps_ops(self, node: Node, ep: ExportedProgram) -> bool:
+        """True when a computation of one of this GEMM's arguments holds an op the
+        partitioner kept undecomposed (decided before other methods were seen)."""
+        for index in self._arg_positions():
+            result = find_weight_computation(
+                node,
+                index,
+                ep,
+                arg_positions=self._arg_positions(),
+                options=self.options,
+                non_folding=self.non_folding - {node.name},
+            )
+            if isinstance(result, WeightComputation) and any(
+                is_preserved(n) for n in result.nodes
+            ):
+                return True
+        return False
 
     def _computed_deps(
         self, node: Node, arg_index: Optional[int], ep: ExportedProgram

@@ -47,6 +47,7 @@ from xnnfold.passes._constants import (
     DELEGATION_TAG_META_KEY,
     EDGE_GEMM_ARGS,
     FOLD_META_KEY,
+    FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
     PRESERVED_META_KEY,
     PRESERVE_BLOCKLIST,
@@ -70,6 +71,7 @@ from xnnfold.passes._reasons import (
 )
 from xnnfold.passes._predicates import (
     find_weight_computation,
+    is_constant_node,
     is_constant_source,
     is_gemm,
     op_overload,
@@ -188,6 +190,9 @@ def _argument_problem(
 def _spatial(value: object) -> list[int]:
     return list(value) if isinstance(value, (list, tuple)) else [int(value)]  # type: ignore[call-overload]
 
+
+# What the configs write onto a GEMM they accept (cleared before each matching).
+_MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY)
 
 _ATEN_DECONVOLUTIONS = frozenset(
     {torch.ops.aten.conv_transpose1d.default, torch.ops.aten.conv_transpose2d.input}
@@ -576,7 +581,54 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         ]
 
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
-        """executorch's grouping of every config's partition, with `_DisjointSets`."""
+        """executorch's grouping of every config's partition (with `_DisjointSets`),
+        repeated until every fold it accepts still holds.
+
+        The predicate counts another GEMM's weight computation as a reader that folds
+        too. When that GEMM is then declined (an argument XNNPACK cannot compute, a
+        stock rule) or takes its weight at run time, its computation keeps the shared
+        source alive; the GEMMs that were accepted on that assumption are matched
+        again with those GEMMs named as readers that keep what they read. The set only
+        grows, so this ends; without shared sources it is one pass.
+        """
+        non_folding: frozenset[str] = frozenset()
+        while True:
+            for config in self._folding_configs():
+                config.non_folding = non_folding
+            groups = self._match_once(ep)
+            found = non_folding | self._unfolded_constant_gemms(ep, groups)
+            if found == non_folding:
+                return groups
+            non_folding = found
+
+    def _unfolded_constant_gemms(
+        self, ep: ExportedProgram, groups: list[list[Node]]
+    ) -> frozenset[str]:
+        """GEMMs with an argument computed from constants that is not folded into them."""
+        members = {node for group in groups for node in group}
+        found: set[str] = set()
+        for node in ep.graph.nodes:
+            positions = EDGE_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
+            if not positions:
+                continue
+            marks = node.meta.get(FOLD_META_KEY, {}) if node in members else {}
+            for index in positions:
+                arg = node.args[index] if index < len(node.args) else None
+                if (
+                    isinstance(arg, Node)
+                    and arg.op != "placeholder"
+                    and index not in marks
+                    and is_constant_node(ep, arg)
+                ):
+                    found.add(node.name)
+        return frozenset(found)
+
+    def _match_once(self, ep: ExportedProgram) -> list[list[Node]]:
+        for node in ep.graph.nodes:
+            for key in _MARK_KEYS:
+                node.meta.pop(key, None)
+        self.rejections.clear()
+        self._argument_problems.clear()
         sets = _DisjointSets()
         for node in ep.graph_module.graph.nodes:
             if node.op != "call_function":

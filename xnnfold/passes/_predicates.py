@@ -10,7 +10,7 @@ it, so "delegated" and "folded" can never disagree.
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import torch
@@ -48,6 +48,7 @@ __all__ = [
     "find_weight_computation",
     "gemm_positions",
     "is_gemm",
+    "is_constant_node",
     "is_constant_source",
     "is_preserved",
     "op_overload",
@@ -166,6 +167,8 @@ class _ConstantMap:
     order: dict[str, int]
     # Placeholder name -> FQN of every constant input (`constant_fqns`).
     fqns: dict[str, str]
+    # `weight_only` when some GEMMs do not fold (see `_weight_only`).
+    weight_only_without: dict[frozenset[str], dict[str, bool]] = field(default_factory=dict)
 
 
 _CONSTANT_MAPS: "weakref.WeakKeyDictionary[Graph, _ConstantMap]" = (
@@ -265,10 +268,14 @@ def is_gemm(node: Node) -> bool:
     return gemm_positions(node) is not None
 
 
-def _used_as_gemm_weight(value: Node, user: Node) -> bool:
-    """True when ``user`` is a GEMM that reads ``value`` only as its weight or bias."""
+def _used_as_gemm_weight(
+    value: Node, user: Node, non_folding: frozenset[str] = frozenset()
+) -> bool:
+    """True when ``user`` is a GEMM that reads ``value`` only as its weight or bias (and
+    is not one of ``non_folding``, GEMMs the partitioner took without folding their
+    arguments, or not at all: those read a computed weight like any other op)."""
     positions = gemm_positions(user)
-    if positions is None or value in user.kwargs.values():
+    if positions is None or value in user.kwargs.values() or user.name in non_folding:
         return False
     uses = [i for i, arg in enumerate(user.args) if arg is value]
     return bool(uses) and all(i in positions for i in uses)
@@ -349,6 +356,38 @@ def _structure(
     return key
 
 
+def _weight_only_sweep(
+    graph: Graph, constant: dict[str, bool], non_folding: frozenset[str]
+) -> dict[str, bool]:
+    weight_only: dict[str, bool] = {}
+    for node in reversed(graph.nodes):
+        users = _readers(node)
+        weight_only[node.name] = (
+            constant[node.name]
+            and bool(users)
+            and all(
+                _used_as_gemm_weight(node, user, non_folding)
+                or (user.op == "call_function" and weight_only.get(user.name, False))
+                for user in users
+            )
+        )
+    return weight_only
+
+
+def _weight_only(ep: ExportedProgram, non_folding: frozenset[str]) -> dict[str, bool]:
+    """`_ConstantMap.weight_only`, with the GEMMs in ``non_folding`` counted as readers
+    that keep what they read (one more sweep per distinct set, cached with the map)."""
+    cmap = _constant_map(ep)
+    if not non_folding:
+        return cmap.weight_only
+    cached = cmap.weight_only_without.get(non_folding)
+    if cached is None:
+        cached = cmap.weight_only_without[non_folding] = _weight_only_sweep(
+            ep.graph, cmap.constant, non_folding
+        )
+    return cached
+
+
 def _constant_map(ep: ExportedProgram) -> _ConstantMap:
     graph = ep.graph
     cached = _CONSTANT_MAPS.get(graph)
@@ -378,18 +417,7 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
         if problem is not None:
             culprit[node.name] = problem
         constant[node.name] = node.name not in culprit
-    weight_only: dict[str, bool] = {}
-    for node in reversed(graph.nodes):
-        users = _readers(node)
-        weight_only[node.name] = (
-            constant[node.name]
-            and bool(users)
-            and all(
-                _used_as_gemm_weight(node, user)
-                or (user.op == "call_function" and weight_only.get(user.name, False))
-                for user in users
-            )
-        )
+    weight_only = _weight_only_sweep(graph, constant, frozenset())
     order = {node.name: i for i, node in enumerate(graph.nodes)}
     result = _ConstantMap(
         len(graph.nodes),
@@ -402,6 +430,11 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
     )
     _CONSTANT_MAPS[graph] = result
     return result
+
+
+def is_constant_node(ep: ExportedProgram, node: Node) -> bool:
+    """True when ``node``'s value is computed from constants alone (the per-graph sweep)."""
+    return _constant_map(ep).constant.get(node.name, False)
 
 
 def is_constant_source(ep: ExportedProgram, node: Node) -> bool:
@@ -478,6 +511,8 @@ def _shared_component(
     limit: int,
     ep: Optional[ExportedProgram] = None,
     stored_elsewhere: frozenset[str] = frozenset(),
+    weight_only: Optional[dict[str, bool]] = None,
+    non_folding: frozenset[str] = frozenset(),
 ) -> Union[tuple[list[Node], list[Node], list[Node]], str, None]:
     """The weight computations that share sources with ``closure``, taken together.
 
@@ -488,13 +523,14 @@ def _shared_component(
     ([root], sources, []). Sources named in ``stored_elsewhere`` (placeholder names whose
     tensor another method of the program stores anyway) are kept, never freed.
     """
+    weight_only = cmap.weight_only if weight_only is None else weight_only
     seen: set[Node] = set(closure)
     stack = list(closure)
     while stack:
         node = stack.pop()
         neighbours = list(node.all_input_nodes)
         neighbours += [
-            u for u in node.users if u.op == "call_function" and cmap.weight_only.get(u.name)
+            u for u in node.users if u.op == "call_function" and weight_only.get(u.name)
         ]
         for other in neighbours:
             if other not in seen:
@@ -506,14 +542,14 @@ def _shared_component(
     kept: list[Node] = []
     freed: list[Node] = []
     for node in seen:
-        if not cmap.weight_only.get(node.name, False):
+        if not weight_only.get(node.name, False):
             # Shared with a computation that stays in the program (it also feeds something
             # other than GEMM weights): folding the rest would store its sources twice.
             return f"'{node.name}', which it shares with another weight computation"
         # A GEMM whose own result is only ever a weight (the `A @ B` of a low-rank
         # weight) is part of the computation, not a reader of a stored weight.
         as_weight = any(
-            _used_as_gemm_weight(node, u) and not cmap.weight_only.get(u.name, False)
+            _used_as_gemm_weight(node, u, non_folding) and not weight_only.get(u.name, False)
             for u in node.users
         )
         if node.op == "placeholder":
@@ -542,6 +578,7 @@ def find_weight_computation(
     arg_positions: tuple[int, ...],
     options: FoldOptions,
     stored_elsewhere: frozenset[str] = frozenset(),
+    non_folding: frozenset[str] = frozenset(),
 ) -> Union[WeightComputation, Rejection, None]:
     """Find the computation behind ``gemm.args[arg_index]`` and check it can be folded.
 
@@ -556,6 +593,8 @@ def find_weight_computation(
         stored_elsewhere: FQNs of constants another method of the same program stores
             anyway (an embedding table one method looks up and another multiplies by):
             folding frees none of their bytes.
+        non_folding: names of GEMMs the partitioner did not take with folded
+            arguments; a source they read is not freed by folding another GEMM.
 
     Returns:
         None when the argument is absent or already a parameter (nothing to fold), a
@@ -630,12 +669,13 @@ def find_weight_computation(
     # source or an intermediate would keep it alive, and the program would store both.
     # The one exception is another GEMM weight or bias computed from the same sources
     # (a packed projection split per GEMM, a module called twice): those fold too.
+    weight_only = _weight_only(ep, non_folding)
     for node in closure:
         for user in _readers(node):
             if user in members or user is gemm:
                 continue
-            if _used_as_gemm_weight(node, user) or (
-                user.op == "call_function" and cmap.weight_only.get(user.name, False)
+            if _used_as_gemm_weight(node, user, non_folding) or (
+                user.op == "call_function" and weight_only.get(user.name, False)
             ):
                 continue
             what = (
@@ -660,7 +700,13 @@ def find_weight_computation(
         else frozenset()
     )
     shared = _shared_component(
-        closure, cmap, limit=4 * max_nodes, ep=ep, stored_elsewhere=elsewhere
+        closure,
+        cmap,
+        limit=4 * max_nodes,
+        ep=ep,
+        stored_elsewhere=elsewhere,
+        weight_only=weight_only,
+        non_folding=non_folding,
     )
     if shared is None:
         return reject(

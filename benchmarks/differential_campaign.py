@@ -64,7 +64,8 @@ def _upstream(message: str) -> bool:
 
 def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps: int,
         progress: bool, time_budget: Optional[float] = None,
-        long_chain_weight: Optional[float] = None) -> int:
+        long_chain_weight: Optional[float] = None,
+        only: Optional[list[int]] = None) -> int:
     options = GenOptions(max_chain_steps=max_chain_steps)
     if long_chain_weight is not None:
         # The stock lowering of a chain of thousands of nodes takes minutes here: a
@@ -82,7 +83,7 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
     also: collections.Counter[str] = collections.Counter()
     seconds: list[float] = []
     ran = failing_programs = 0
-    for i in range(models):
+    for i in (range(models) if only is None else [k - 1 for k in only]):
         if time_budget is not None and time.perf_counter() - start > time_budget:
             break  # the report says how many ran
         program = generate_program(seed * 1_000_003 + i, options)
@@ -129,10 +130,12 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
         f"--shrink-attempts {shrink_attempts} --max-chain-steps {max_chain_steps}"
         + (f" --time-budget {time_budget:g}" if time_budget is not None else "")
         + (f" --long-chain-weight {long_chain_weight:g}" if long_chain_weight is not None else "")
+        + (f" --only {' '.join(map(str, only))}" if only is not None else "")
         + "`",
         "",
-        f"- programs run: {ran} of {models}"
-        + (" (stopped by the time budget)" if ran < models else ""),
+        (f"- programs run: {ran} of {models}"
+         + (" (stopped by the time budget)" if ran < models else ""))
+        if only is None else f"- programs re-checked: {ran} ({' '.join(map(str, only))})",
         f"- wall time: {wall:.0f} s ({run_seconds:.0f} s checking, {wall - run_seconds:.0f} s "
         f"shrinking); per program: median {sorted(seconds)[len(seconds) // 2]:.1f} s, "
         f"max {max(seconds):.1f} s" if seconds else "- wall time: 0 s",
@@ -171,9 +174,11 @@ def main(argv: Optional[list[str]] = None) -> int:
                         "says how many ran)")
     parser.add_argument("--long-chain-weight", type=float, default=None,
                         help="weight of the long-chain scenario (default: the generator's)")
+    parser.add_argument("--only", type=int, nargs="+", default=None,
+                        help="re-check only these program numbers (1-based, as printed)")
     args = parser.parse_args(argv)
     return run(args.models, args.seed, args.out, args.shrink_attempts, args.max_chain_steps,
-               not args.quiet, args.time_budget, args.long_chain_weight)
+               not args.quiet, args.time_budget, args.long_chain_weight, args.only)
 
 
 if __name__ == "__main__":

@@ -86,7 +86,11 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
     for i in (range(models) if only is None else [k - 1 for k in only]):
         if time_budget is not None and time.perf_counter() - start > time_budget:
             break  # the report says how many ran
-        program = generate_program(seed * 1_000_003 + i, options)
+        try:
+            program = generate_program(seed * 1_000_003 + i, options)
+        except Exception as exc:  # noqa: BLE001 - a generator bug must not end the campaign
+            notes[f"generator error: {type(exc).__name__}: {str(exc)[:80]}"] += 1
+            continue
         outcome = check_program(program)
         ran += 1
         seconds.append(outcome.seconds)

@@ -135,24 +135,9 @@ class FoldingGEMMMixin:
         self, node: Node, arg_index: int, ep: ExportedProgram
     ) -> Union[WeightComputation, Rejection, None]:
         """The shared predicate, for this GEMM's argument layout."""
-        result = find_weight_computation(
-            node,
-            arg_index,
-            ep,
-            arg_positions=self._arg_positions(),
-            options=self.options,
-            stored_elsewhere=self.stored_elsewhere,
-            non_folding=self.non_folding - {node.name},
-        )
+        result = self._find(node, arg_index, ep, stored_elsewhere=self.stored_elsewhere)
         if isinstance(result, Rejection) and self.stored_elsewhere:
-            alone = find_weight_computation(
-                node,
-                arg_index,
-                ep,
-                arg_positions=self._arg_positions(),
-                options=self.options,
-                non_folding=self.non_folding - {node.name},
-            )
+            alone = self._find(node, arg_index, ep)
             if isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
                 # Declined only because a method lowered after this one's decompositions
                 # stores a source too; this GEMM's computations kept ops (`_weight_norm`,
@@ -168,18 +153,31 @@ class FoldingGEMMMixin:
                 result = alone
         return written_elsewhere(result, ep, self.written_buffers) or result
 
+    def _find(
+        self,
+        node: Node,
+        arg_index: int,
+        ep: ExportedProgram,
+        *,
+        stored_elsewhere: frozenset[str] = frozenset(),
+    ) -> Union[WeightComputation, Rejection, None]:
+        """The shared predicate with this config's layout, options and non-folding GEMMs
+        (the GEMM itself excepted: its own computation is the one asked about)."""
+        return find_weight_computation(
+            node,
+            arg_index,
+            ep,
+            arg_positions=self._arg_positions(),
+            options=self.options,
+            stored_elsewhere=stored_elsewhere,
+            non_folding=self.non_folding - {node.name},
+        )
+
     def _keeps_ops(self, node: Node, ep: ExportedProgram) -> bool:
         """True when a computation of one of this GEMM's arguments holds an op the
         partitioner kept undecomposed (decided before other methods were seen)."""
         for index in self._arg_positions():
-            result = find_weight_computation(
-                node,
-                index,
-                ep,
-                arg_positions=self._arg_positions(),
-                options=self.options,
-                non_folding=self.non_folding - {node.name},
-            )
+            result = self._find(node, index, ep)
             if isinstance(result, WeightComputation) and any(
                 is_preserved(n) for n in result.nodes
             ):

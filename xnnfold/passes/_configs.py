@@ -254,10 +254,7 @@ class FoldingGEMMMixin:
     def constant_source(self, node: Node, ep: ExportedProgram) -> bool:
         """True when placeholder ``node`` holds a value fixed at export: a parameter, a
         constant, or a buffer no method writes."""
-        fqn = ep.graph_signature.inputs_to_buffers.get(node.name)
-        return is_constant_source(ep, node) and not (
-            fqn is not None and self.written_buffers and fqn in self.written_buffers
-        )
+        return is_constant_source(ep, node, self.written_buffers)
 
     def _written_static_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
         """A weight or bias XNNPACK would store is a buffer the program writes: the

@@ -300,8 +300,7 @@ def _preserved_nodes(
             if arg is None:
                 return True
             if isinstance(arg, Node) and arg.op == "placeholder":
-                fqn = ep.graph_signature.inputs_to_buffers.get(arg.name)
-                return is_constant_source(ep, arg) and fqn not in written_buffers
+                return is_constant_source(ep, arg, written_buffers)
             return results[index] is not None
 
         # Ops are kept only for a GEMM the edge configs will then take with every

@@ -437,10 +437,15 @@ def is_constant_node(ep: ExportedProgram, node: Node) -> bool:
     return _constant_map(ep).constant.get(node.name, False)
 
 
-def is_constant_source(ep: ExportedProgram, node: Node) -> bool:
-    """True when placeholder ``node`` is a parameter, a constant, or a buffer this
-    program never writes (other methods' writes are the caller's to check)."""
-    return node.op == "placeholder" and _constant_map(ep).constant.get(node.name, False)
+def is_constant_source(
+    ep: ExportedProgram, node: Node, written_buffers: Optional[set[str] | frozenset[str]] = None
+) -> bool:
+    """True when placeholder ``node`` is a parameter, a constant, or a buffer that
+    neither this program nor another method (``written_buffers``, by FQN) writes."""
+    if node.op != "placeholder" or not _constant_map(ep).constant.get(node.name, False):
+        return False
+    fqn = ep.graph_signature.inputs_to_buffers.get(node.name)
+    return not (fqn is not None and written_buffers and fqn in written_buffers)
 
 
 def stored_constants(ep: ExportedProgram) -> frozenset[str]:

@@ -648,16 +648,15 @@ def test_quantized_generated_program_passes_the_oracles(index: int) -> None:
         )
 
 
-# Found by the campaign (seed 1, program 170), not fixed yet: in `forward`, the addmm's
-# bias computation keeps `stack` undecomposed (decided before `other` showed that it
-# stores the packed source); the packed source then keeps every GEMM on it from folding,
-# so the scaled addmm is declined and the kept `stack` has no kernel. Lowering stops
-# with a clear error where stock lowers.
+# Found by the campaign (seed 1, program 170): in `forward`, the addmm's bias computation
+# keeps `stack` undecomposed (decided before `other` showed that it stores the packed
+# source); the packed source then kept every GEMM on it from folding, so the scaled addmm
+# was declined and the kept `stack` had no kernel. A GEMM with kept ops now folds even
+# when sources are kept for other readers (correct, stored twice, with a WARNING).
 KNOWN_STRANDED_KEPT_OP: Final = "Program(seed=1000172000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(8,), kind='const', dtype='float32', param='none'), Source(name='s4', shape=(4,), kind='param', dtype='float32', param='none'), Source(name='s5', shape=(4,), kind='const', dtype='float32', param='none'), Source(name='s6', shape=(3, 1), kind='param', dtype='float32', param='none'), Source(name='s9', shape=(6,), kind='const', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=16, spatial=(4, 2), batch=3, layers=(Gemm(kind='addmm', in_ch=16, out_ch=8, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=128), shape=(16, 8), view=False), bias=Cast(x=Stack(parts=(Src(name='s2'),), dim=0), dtype='bfloat16'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=-1.5, beta=0.0, bias_shape='1N', module=False), Gemm(kind='matmul', in_ch=8, out_ch=4, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=32), shape=(8, 4), view=False), bias=Binary(op='sub', x=Binary(op='div', x=Src(name='s4'), y=Src(name='s5')), y=Piece(how='unbind', x=Src(name='s6'), dim=0, pieces=3, index=1)), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=True), Method(name='other', kind='chain', in_ch=16, spatial=(5, 3), batch=2, layers=(Gemm(kind='matmul_t', in_ch=16, out_ch=4, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=64), shape=(4, 16), view=False), bias=Narrow(how='narrow', x=Src(name='s9'), dim=0, start=0, length=4), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='linear', in_ch=4, out_ch=2, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=64, length=8), shape=(2, 4), view=False), value=2.0), bias=None, kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(Src(name='s0'),), table=None, dynamic=True)))"
 
 
-@pytest.mark.xfail(strict=True, reason="known: a kept op stranded across methods (see above)")
-def test_known_failure_kept_op_stranded_across_methods() -> None:
+def test_campaign_finding_kept_op_stranded_across_methods() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_STRANDED_KEPT_OP, vars(_grammar))  # noqa: S307 - our own repr
@@ -665,14 +664,14 @@ def test_known_failure_kept_op_stranded_across_methods() -> None:
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 2, program 210), not diagnosed yet: lowering with xnnfold
-# stops with "Expected a proper Tensor but got None ... argument #0 'self'" where stock
-# lowers.
+# Found by the campaign (seed 2, program 210): the addmm's bias is `mm(a, 3 - p)`, a GEMM
+# whose own weight is marked too; folding the inner weight first erased nodes the bias
+# computation still listed ("Expected a proper Tensor but got None"). Computations are
+# now folded outermost first (tests/test_nested_gemms.py).
 KNOWN_NONE_TENSOR: Final = "Program(seed=2000215000, scenario='chain', sources=(Source(name='s0', shape=(2, 11), kind='param', dtype='float32', param='none'), Source(name='s1', shape=(2,), kind='param', dtype='float16', param='none'), Source(name='s2', shape=(2, 11), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=2, spatial=(8,), batch=1, layers=(Gemm(kind='addmm', in_ch=2, out_ch=11, weight=Normalize(op='amin', x=Src(name='s0'), dim=0, keepdim=False), bias=LowRank(a=Reshape(x=Src(name='s1'), shape=(1, 2), view=True), b=ScalarOp(op='rsub', x=Src(name='s2'), value=3.0), shape=(1, 11)), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False),), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=False),))"
 
 
-@pytest.mark.xfail(strict=True, reason="known: undiagnosed lowering error (see above)")
-def test_known_failure_none_tensor_in_lowering() -> None:
+def test_campaign_finding_gemm_inside_a_bias_computation() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_NONE_TENSOR, vars(_grammar))  # noqa: S307 - our own repr

@@ -136,17 +136,18 @@ class FoldingGEMMMixin:
     ) -> Union[WeightComputation, Rejection, None]:
         """The shared predicate, for this GEMM's argument layout."""
         result = self._find(node, arg_index, ep, stored_elsewhere=self.stored_elsewhere)
-        if isinstance(result, Rejection) and self.stored_elsewhere:
-            alone = self._find(node, arg_index, ep)
+        if isinstance(result, Rejection):
+            alone = self._find(node, arg_index, ep, sizes=False)
             if isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
-                # Declined only because a method lowered after this one's decompositions
-                # stores a source too; this GEMM's computations kept ops (`_weight_norm`,
-                # `stack`) that have no portable kernel, so it must be delegated with
-                # them folded. Correct, but stored twice.
+                # Declined only to keep the program small: a method lowered after this
+                # one's decompositions stores a source too, or a GEMM that takes its
+                # weight at run time reads it. This GEMM's computations kept ops
+                # (`_weight_norm`, `stack`) that have no portable kernel, so it must be
+                # delegated with them folded. Correct, but stored twice.
                 logger.warning(
                     "xnnfold: the %s of GEMM '%s' is folded although another method "
-                    "stores its sources too, so the program holds both; lower the "
-                    "method that stores them first to avoid that",
+                    "or GEMM keeps its sources too, so the program holds both; lower "
+                    "the method that stores them first to avoid that",
                     alone.role,
                     node.name,
                 )
@@ -160,9 +161,12 @@ class FoldingGEMMMixin:
         ep: ExportedProgram,
         *,
         stored_elsewhere: frozenset[str] = frozenset(),
+        sizes: bool = True,
     ) -> Union[WeightComputation, Rejection, None]:
         """The shared predicate with this config's layout, options and non-folding GEMMs
-        (the GEMM itself excepted: its own computation is the one asked about)."""
+        (the GEMM itself excepted: its own computation is the one asked about). Without
+        ``sizes``, only the rules that make a fold wrong apply, not those that keep the
+        program small (sources kept by other methods or by non-folding GEMMs)."""
         return find_weight_computation(
             node,
             arg_index,
@@ -170,14 +174,14 @@ class FoldingGEMMMixin:
             arg_positions=self._arg_positions(),
             options=self.options,
             stored_elsewhere=stored_elsewhere,
-            non_folding=self.non_folding - {node.name},
+            non_folding=self.non_folding - {node.name} if sizes else frozenset(),
         )
 
     def _keeps_ops(self, node: Node, ep: ExportedProgram) -> bool:
         """True when a computation of one of this GEMM's arguments holds an op the
         partitioner kept undecomposed (decided before other methods were seen)."""
         for index in self._arg_positions():
-            result = self._find(node, index, ep)
+            result = self._find(node, index, ep, sizes=False)
             if isinstance(result, WeightComputation) and any(
                 is_preserved(n) for n in result.nodes
             ):

@@ -108,6 +108,27 @@ def _delete_sources(ep: ExportedProgram, sources: list[Node]) -> None:
     ep._graph_signature = ExportGraphSignature(kept, signature.output_specs)
 
 
+def _outermost_first(computations: list[WeightComputation]) -> list[WeightComputation]:
+    """Order computations so that one holding another's GEMM is folded before it.
+
+    A bias computed as ``mm(a, f(p))`` holds a GEMM whose own weight ``f(p)`` is marked
+    too. Folding the inner weight first would rewrite nodes the outer computation still
+    lists; folding the outer one first evaluates the inner GEMM eagerly and leaves it
+    with no readers, and the inner fold is then skipped. Unnested programs keep their
+    order, so their constants (and bytes) do not move."""
+    gemms = {c.gemm for c in computations}
+    if len(gemms) < 2:
+        return computations
+    depth: dict[Node, int] = dict.fromkeys(gemms, 0)
+    for computation in computations:
+        for node in computation.nodes:
+            if node in depth and node is not computation.gemm:
+                depth[node] += 1
+    if not any(depth.values()):
+        return computations
+    return sorted(computations, key=lambda c: depth[c.gemm])
+
+
 def _evaluate(
     ep: ExportedProgram, computation: WeightComputation, fqns: dict[str, str]
 ) -> torch.Tensor:
@@ -249,7 +270,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     result = _without_final_transpose(result)
                     if result is not None:
                         found.append(result)
-        return found
+        return _outermost_first(found)
 
     def _fold_one(
         self,
@@ -368,6 +389,9 @@ class FoldComputedWeightsPass(XNNPACKPass):
         fqns, taken = constant_fqns(ep), _taken_names(ep)
         dead_sources: list[Node] = []
         for computation, key in zip(computations, keys):
+            if computation.gemm in removed:
+                # An enclosing computation evaluated this GEMM as part of its value.
+                continue
             folded = folded_by_key.get(key)
             if folded is None:
                 folded = self._fold_one(computation, first_input, fqns, taken)

@@ -548,3 +548,52 @@ def test_xnnfold_codemod_command_checks_with_the_real_rules(
     err = capsys.readouterr().err
     assert "would rewrite real/crlf_latin1_tabs.py" in err
     assert (real_tree / "real/crlf_latin1_tabs.py").read_bytes() == REAL["real/crlf_latin1_tabs.py"]
+
+
+WIRED = (
+    b"import torch\nfrom torch.nn.utils import weight_norm\n"
+    b"from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner\n"
+    b"from executorch.exir import to_edge_transform_and_lower\n"
+    b"c = weight_norm(torch.nn.Conv1d(2, 2, 3))\n"
+    b"ep = torch.export.export(c, (torch.randn(1, 2, 8),))\n"
+    b"to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])\n"
+)
+
+
+@pytest.mark.parametrize("mode", ["report", "check"])
+def test_modes_that_write_nothing_say_what_would_happen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], mode: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("m.py").write_bytes(WIRED)
+    main([f"--{mode}", "m.py"])
+    out = capsys.readouterr().out
+    assert "XNF101 legacy torch.nn.utils.weight_norm: would migrate to " in out
+    assert "would wrap the model in prepare_for_xnnpack" in out
+    assert "would be replaced by XnnpackFoldingPartitioner" in out
+    assert "migrated to" not in out and "replaced by Xnnpack" not in out.replace("be replaced", "")
+    assert Path("m.py").read_bytes() == WIRED
+
+
+def test_write_mode_says_what_happened_with_the_same_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("m.py").write_bytes(WIRED)
+    main(["--report", "m.py"])
+    pending = capsys.readouterr().out.splitlines()
+    main(["m.py"])
+    done = capsys.readouterr().out.splitlines()
+    assert [line.split(" ", 2)[:2] for line in done] == [line.split(" ", 2)[:2] for line in pending]
+    assert any("XNF101 legacy torch.nn.utils.weight_norm: migrated to " in line for line in done)
+    assert not any("would" in line for line in done)
+
+
+def test_json_report_says_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("m.py").write_bytes(WIRED)
+    main(["--report", "--format", "json", "m.py"])
+    messages = [f["message"] for f in json.loads(capsys.readouterr().out)["findings"]]
+    assert any(m.endswith("would migrate to torch.nn.utils.parametrizations.weight_norm") for m in messages)

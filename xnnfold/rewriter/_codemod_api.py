@@ -39,7 +39,9 @@ class CodemodOptions:
 class Finding:
     """One report line: ``path:line:col: CODE message``.
 
-    ``rewritten`` is True when the outcome's new code changes this site.
+    ``rewritten`` is True when the outcome's new code changes this site. ``message`` says
+    what a rewrite did ("migrated to ..."); ``pending_message``, when set, says the same
+    of a rewrite not written ("would migrate to ..."), for the modes that write nothing.
     """
 
     code: str
@@ -47,9 +49,14 @@ class Finding:
     col: int
     message: str
     rewritten: bool = False
+    pending_message: Optional[str] = None
 
-    def format(self, path: str) -> str:
-        return f"{path}:{self.line}:{self.col}: {self.code} {self.message}"
+    def text(self, *, written: bool = True) -> str:
+        """The message for a run that wrote its rewrites (``written``) or did not."""
+        return self.message if written or self.pending_message is None else self.pending_message
+
+    def format(self, path: str, *, written: bool = True) -> str:
+        return f"{path}:{self.line}:{self.col}: {self.code} {self.text(written=written)}"
 
 
 @dataclasses.dataclass(frozen=True)

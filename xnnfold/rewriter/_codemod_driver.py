@@ -248,7 +248,7 @@ class CodemodSummary:
                     "line": f.line,
                     "col": f.col,
                     "code": f.code,
-                    "message": f.message,
+                    "message": f.text(written=self.mode == "write"),
                     "rewritten": f.rewritten,
                 }
                 for path, f in self.findings
@@ -708,7 +708,7 @@ def _emit(summary: CodemodSummary, *, fmt: str, stdout: TextIO, stderr: TextIO) 
                 stdout.write(report.diff)
     else:
         for path, finding in summary.findings:
-            stdout.write(finding.format(path) + "\n")
+            stdout.write(finding.format(path, written=summary.mode == "write") + "\n")
         if summary.mode in ("write", "check"):
             verb = "rewrote" if summary.mode == "write" else "would rewrite"
             for path in summary.changed:

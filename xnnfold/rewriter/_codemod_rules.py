@@ -237,6 +237,17 @@ class _Site:
     on_utils: bool = False
     call: Optional[cst.Call] = None  # the call this reference is the callee of
     rewritten: bool = False
+    # The message of a rewritten site in a run that writes nothing ("would migrate").
+    pending: Optional[str] = None
+
+    def planned(self, done: str, pending: str) -> None:
+        """Say what the rewrite of this site does, in both tenses."""
+        self.message, self.pending = done, pending
+
+    def add_note(self, note: str) -> None:
+        self.message += note
+        if self.pending is not None:
+            self.pending += note
 
 
 @dataclasses.dataclass
@@ -959,11 +970,16 @@ def _legacy_messages(
         old = f"torch.nn.utils.{'remove_' if legacy.removal else ''}{legacy.family}"
         head = f"legacy {old}"
         if migrate[legacy.family]:
-            site.message = f"{head}: migrated to {legacy.new_name}"
+            site.planned(
+                f"{head}: migrated to {legacy.new_name}",
+                f"{head}: would migrate to {legacy.new_name}",
+            )
             if legacy.removal:
-                site.message += " (raises ValueError when absent, as before)"
+                site.add_note(" (raises ValueError when absent, as before)")
             if dependence:
-                site.message += f" despite legacy-key dependence ({_dependence_note(dependence)}; --force)"
+                site.add_note(
+                    f" despite legacy-key dependence ({_dependence_note(dependence)}; --force)"
+                )
         elif legacy.family in unmigratable and _enabled(legacy.family, options):
             site.message = (
                 f"{head}: not migrated: {unmigratable[legacy.family]}; migrate this file by hand"
@@ -1008,7 +1024,10 @@ def _export_messages(analysis: _Analysis, options: CodemodOptions) -> tuple[list
         elif not wire:
             site.message = "torch.export.export: not wired: export wiring is off"
         else:
-            site.message = "torch.export.export: model wrapped in prepare_for_xnnpack"
+            site.planned(
+                "torch.export.export: model wrapped in prepare_for_xnnpack",
+                "torch.export.export: would wrap the model in prepare_for_xnnpack",
+            )
             exports.append(site)
     for site in analysis.lowerings:
         site.message = (
@@ -1027,7 +1046,11 @@ def _export_messages(analysis: _Analysis, options: CodemodOptions) -> tuple[list
                 "replace it by hand"
             )
         else:
-            site.message = "XnnpackPartitioner: replaced by XnnpackFoldingPartitioner (same arguments)"
+            site.planned(
+                "XnnpackPartitioner: replaced by XnnpackFoldingPartitioner (same arguments)",
+                "XnnpackPartitioner: would be replaced by XnnpackFoldingPartitioner "
+                "(same arguments)",
+            )
             partitioners.append(site)
     return exports, partitioners
 
@@ -1051,14 +1074,19 @@ def _unknown_partitioner_arguments(call: cst.Call) -> str:
 def _dependence_messages(analysis: _Analysis, options: CodemodOptions) -> None:
     if not analysis.dependence:
         return
+    pending = None
     if not analysis.legacy:
         suffix = "; a migration of the model elsewhere would break it"
     elif options.force:
         suffix = "; migrated anyway (--force): update it"
+        pending = "; would be migrated anyway (--force): update it"
     else:
         suffix = "; this file is not migrated (--force to override)"
     for site in analysis.dependence:
-        site.message += suffix
+        if pending is not None:
+            site.planned(site.message + suffix, site.message + pending)
+        else:
+            site.add_note(suffix)
 
 
 class _Rules(Codemod):
@@ -1130,7 +1158,7 @@ class _Rules(Codemod):
                 if site.rewritten:
                     site.rewritten = False
                     head = site.message.split(": ", 1)[0]
-                    site.message = f"{head}: not rewritten: {error}"
+                    site.message, site.pending = f"{head}: not rewritten: {error}", None
             return tree
         return updated
 
@@ -1178,7 +1206,14 @@ def _run_rules(
     )
     updated = rules.transform_module(module)
     findings = tuple(
-        Finding(site.code, site.line, site.col, site.message, rewritten=site.rewritten)
+        Finding(
+            site.code,
+            site.line,
+            site.col,
+            site.message,
+            rewritten=site.rewritten,
+            pending_message=site.pending,
+        )
         for site in sorted(rules.sites, key=lambda s: (s.line, s.col, s.code))
     )
     return updated, findings, rules.pending

@@ -25,7 +25,7 @@ import sys
 import traceback
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import Any, Final, Iterator, Optional
+from typing import Any, Final, Iterator, Optional, Sequence
 
 __all__ = ["add_export_parser", "load_spec", "run_export"]
 
@@ -56,10 +56,15 @@ class UserCodeError(Exception):
     """The user's module or callable raised; ``__cause__`` is their exception (exit 2)."""
 
 
-def add_export_parser(subparsers: "argparse._SubParsersAction[Any]") -> None:
+def add_export_parser(
+    subparsers: "argparse._SubParsersAction[Any]",
+    *,
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> None:
     """Add the ``export`` subcommand to the ``xnnfold`` parser."""
     parser = subparsers.add_parser(
         "export",
+        parents=list(parents),
         help="lower MODULE:CALLABLE's model with the folding partitioner, write a .pte, "
         "print which GEMMs were delegated",
         description="Call CALLABLE() from MODULE, which returns (model, example_inputs) or "

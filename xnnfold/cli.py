@@ -8,6 +8,8 @@ import time
 import warnings
 from typing import Optional, Sequence
 
+from xnnfold._noise import quiet_upstream_noise
+
 __all__ = ["main"]
 
 
@@ -51,9 +53,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         description="Fold computed GEMM weights (weight_norm, spectral_norm, ...) into "
         "ExecuTorch's XNNPACK delegate.",
     )
+    # Accepted before or after the subcommand (`xnnfold -v demo`, `xnnfold demo -v`).
+    verbose = argparse.ArgumentParser(add_help=False)
+    verbose.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="also show known-harmless upstream import warnings (torchao's CUDA-only "
+        "extensions, torch deprecation notices)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose._actions[0].help)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo",
+        parents=[verbose],
         help="lower the built-in default (wav2vec2's positional conv) stock, with xnnfold "
         "and hand-folded; run each through executorch.runtime; print one table",
     )
@@ -75,16 +89,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     demo.set_defaults(func=_demo)
     from xnnfold.rewriter._codemod_driver import add_codemod_parser
 
-    add_codemod_parser(sub)
+    add_codemod_parser(sub, parents=[verbose])
     from xnnfold._export_cli import add_export_parser
 
-    add_export_parser(sub)
+    add_export_parser(sub, parents=[verbose])
     args = parser.parse_args(argv)
     if args.command == "demo" and args.runs < 1:
         parser.error("--runs must be at least 1")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
-    return int(args.func(args))
+    if args.verbose:
+        return int(args.func(args))
+    with warnings.catch_warnings(), quiet_upstream_noise():
+        # Upstream deprecation notices (torch's pytree, executorch's exir) are for their
+        # callers' developers, not for a user running a command.
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -822,10 +822,15 @@ def _run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return summary.exit_code
 
 
-def add_codemod_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
+def add_codemod_parser(
+    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    *,
+    parents: Sequence[argparse.ArgumentParser] = (),
+) -> argparse.ArgumentParser:
     """Add ``codemod`` to a subcommand set; the parser's ``func(args)`` runs it."""
     parser = subparsers.add_parser(
         "codemod",
+        parents=list(parents),
         help="rewrite sources: migrate legacy weight_norm, wire export to xnnfold; or report",
         description=_DESCRIPTION,
         epilog=_EPILOG,

@@ -19,7 +19,7 @@ import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes._constants import FOLD_SCALES_META_KEY
 
-from tests.conftest import lower_stock
+from tests._lowering import lower_stock
 
 pytestmark = pytest.mark.runtime
 

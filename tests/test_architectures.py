@@ -20,7 +20,7 @@ import torch
 from torch.nn.utils import parametrize
 
 import xnnfold
-from tests.conftest import Lowered, lower_stock, lowered_hand_folded
+from tests._lowering import Lowered, lower_stock, lowered_hand_folded
 from xnnfold.fixtures import FIXTURES
 from xnnfold.fixtures._architectures import (
     ARCHITECTURES,

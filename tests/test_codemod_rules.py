@@ -20,10 +20,10 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import libcst as cst
 import pytest
-import torch
 from libcst.codemod import CodemodContext
 
 import xnnfold
@@ -31,6 +31,9 @@ import xnnfold.rewriter.codemod as codemod_module
 from xnnfold.rewriter import CodemodOptions, FileOutcome, transform_source
 from xnnfold.rewriter._codemod_api import UnparseableSource
 from xnnfold.rewriter._codemod_rules import _FOLDING_POSITIONAL, FOLDING_PARTITIONER_PARAMETERS
+
+if TYPE_CHECKING:
+    import torch
 
 FIXTURES = Path(__file__).parent / "fixtures" / "codemod"
 INPUTS = sorted(FIXTURES.glob("*/*.in.py"))
@@ -215,7 +218,10 @@ def _exec(path: Path) -> ModuleType:
     return module
 
 
+@pytest.mark.needs_torch
 def test_migrated_model_loads_legacy_checkpoint_with_same_outputs(tmp_path: Path) -> None:
+    import torch
+
     legacy = _exec(FIXTURES / "legacy_weight_norm" / "hifigan.in.py")
     migrated = _exec(FIXTURES / "legacy_weight_norm" / "hifigan.out.py")
     torch.manual_seed(0)
@@ -236,6 +242,7 @@ def test_migrated_model_loads_legacy_checkpoint_with_same_outputs(tmp_path: Path
         torch.testing.assert_close(new(x), old(x), rtol=0, atol=0)
 
 
+@pytest.mark.needs_torch
 @pytest.mark.parametrize("name", ["hifigan.in.py", "hifigan.out.py"])
 def test_removal_inside_except_value_error_works_before_and_after(name: str) -> None:
     """remove_parametrizations raises ValueError when absent, as remove_weight_norm did."""
@@ -245,9 +252,12 @@ def test_removal_inside_except_value_error_works_before_and_after(name: str) -> 
     assert module.strip_post(model) is False
 
 
+@pytest.mark.needs_torch
 def test_removal_passed_as_a_value_blocks_the_migration() -> None:
     """``conv.apply(remove_weight_norm)`` cannot be migrated: apply would also visit the
     parametrization's own submodules, where remove_parametrizations raises."""
+    import torch
+
     legacy = _exec(FIXTURES / "legacy_weight_norm" / "removal_callback.in.py")
     legacy.strip(legacy.build())  # fine with the legacy hook
     conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3))
@@ -258,6 +268,7 @@ def test_removal_passed_as_a_value_blocks_the_migration() -> None:
     assert all("passes the removal as a value" in f.message for f in outcome.findings)
 
 
+@pytest.mark.needs_torch
 def test_folding_partitioner_parameters_match_its_signature() -> None:
     """The rewrite keeps a call's arguments only if the folding partitioner takes them."""
     parameters = inspect.signature(xnnfold.XnnpackFoldingPartitioner.__init__).parameters
@@ -269,13 +280,18 @@ def test_folding_partitioner_parameters_match_its_signature() -> None:
 
 
 def _weight_normed_linear() -> torch.nn.Module:
+    import torch
+
     torch.manual_seed(0)
     return torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(8, 4)).eval()
 
 
 @pytest.mark.runtime
+@pytest.mark.needs_torch
 def test_wired_export_lowers_like_xnnfold_and_matches_eager() -> None:
     """The rewritten export code emits xnnfold's program, not the stock one, and it runs."""
+    import torch
+
     inputs = (torch.randn(3, 8),)
     stock = _exec(FIXTURES / "export" / "wire.in.py").lower(_weight_normed_linear(), inputs)
     wired = _exec(FIXTURES / "export" / "wire.out.py").lower(_weight_normed_linear(), inputs)
@@ -358,7 +374,10 @@ def cycle(conv: nn.Conv1d) -> nn.Conv1d:
 '''
 
 
+@pytest.mark.needs_torch
 def test_remove_then_reapply_keeps_working_after_migration() -> None:
+    import torch
+
     outcome = transform_source(_REAPPLY, options=CodemodOptions())
     assert outcome.new_code is not None and b"parametrizations" in outcome.new_code
     namespaces: list[dict[str, object]] = [{}, {}]

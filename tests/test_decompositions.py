@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
 import xnnfold.passes._partitioner as partitioner_module
-from tests.conftest import fixture_by_name
+from tests._lowering import fixture_by_name
 from xnnfold import prepare_for_xnnpack, run_pte
 from xnnfold.fixtures import FIXTURES, LAYERS, NORMS
 from xnnfold.passes import XnnpackFoldingPartitioner

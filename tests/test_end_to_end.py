@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import xnnfold
-from tests.conftest import (
+from tests._lowering import (
     fixture_by_name,
     lower_stock,
     lowered_dynamic,

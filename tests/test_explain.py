@@ -14,7 +14,7 @@ from torch.nn.utils.parametrizations import weight_norm
 import xnnfold
 from xnnfold.passes._constants import STOCK_WHY_LOGGERS
 from xnnfold.passes._reasons import collect_why_reasons
-from tests.conftest import lower_stock
+from tests._lowering import lower_stock
 
 pytestmark = pytest.mark.runtime
 

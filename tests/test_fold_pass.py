@@ -9,7 +9,7 @@ import torch
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
-from tests.conftest import fixture_by_name, lower_stock, lowered_folding
+from tests._lowering import fixture_by_name, lower_stock, lowered_folding
 from xnnfold import FoldComputedWeightsPass
 from xnnfold.passes import FoldOptions
 from xnnfold.passes._constants import FOLD_META_KEY, FOLD_OPTIONS_META_KEY

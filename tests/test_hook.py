@@ -6,7 +6,7 @@ import pytest
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 
 import xnnfold
-from tests.conftest import fixture_by_name, lower_stock
+from tests._lowering import fixture_by_name, lower_stock
 
 
 @pytest.fixture

@@ -99,3 +99,42 @@ def test_codemod_run_does_not_import_torch(mode: list[str], tmp_path: Path) -> N
         assert rewritten == _LEGACY_MODEL
     else:
         assert b"from torch.nn.utils.parametrizations import weight_norm" in rewritten
+
+
+_WITHOUT_TORCH = """
+import importlib.abc, sys
+
+class NoTorch(importlib.abc.MetaPathFinder):
+    # As in the codemod-only install: torch and executorch are not there.
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "executorch"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+import xnnfold
+try:
+    xnnfold.prepare_for_xnnpack
+except ModuleNotFoundError as error:
+    print("NAME", error.name)
+    print("MESSAGE", error)
+"""
+
+
+def test_a_lowering_name_without_torch_says_which_install_it_needs(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH], capture_output=True, text=True, cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "NAME torch" in result.stdout
+    assert "prepare_for_xnnpack needs torch, which is not installed" in result.stdout
+    assert "'xnnfold[xnnpack]'" in result.stdout
+
+
+def test_a_missing_module_of_the_users_own_is_not_reworded() -> None:
+    from xnnfold._lazy import lazy_attributes
+
+    getattr_, _ = lazy_attributes("pkg", {"thing": "no_such_module_of_yours"}, {})
+    with pytest.raises(ModuleNotFoundError, match="No module named 'no_such_module_of_yours'"):
+        getattr_("thing")

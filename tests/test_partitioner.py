@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
-from tests.conftest import fixture_by_name, lower_folding, lower_stock, lowered_folding
+from tests._lowering import fixture_by_name, lower_folding, lower_stock, lowered_folding
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.passes._constants import FOLD_META_KEY
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import xnnfold
-from tests.conftest import fixture_by_name, lower_folding, lower_stock, lowered_folding, lowered_hand_folded
+from tests._lowering import fixture_by_name, lower_folding, lower_stock, lowered_folding, lowered_hand_folded
 from xnnfold.fixtures._patterns import VarMeanStdConv2d
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.passes._constants import FOLD_META_KEY

@@ -34,7 +34,7 @@ from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import xnnfold
-from tests.conftest import Lowered
+from tests._lowering import Lowered
 from xnnfold.fixtures import Fixture, ScaledBias
 from xnnfold.passes._constants import EDGE_GEMM_ARGS
 

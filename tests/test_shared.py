@@ -22,7 +22,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
 from xnnfold.passes._partitioner import _acyclic_grouping, _contracted_acyclic
-from tests.conftest import lower_folding, lower_stock
+from tests._lowering import lower_folding, lower_stock
 
 pytestmark = pytest.mark.runtime
 

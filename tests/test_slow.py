@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import xnnfold
-from tests.conftest import lower_folding, lower_stock
+from tests._lowering import lower_folding, lower_stock
 from xnnfold.fixtures import FIXTURES
 
 pytestmark = [pytest.mark.slow, pytest.mark.runtime]

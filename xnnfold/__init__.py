@@ -64,7 +64,7 @@ _LAZY: dict[str, str] = {
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
-__version__ = "0.1.0"
+from xnnfold._version import __version__
 
 __all__ = [
     "ExplainReport",

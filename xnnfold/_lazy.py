@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Any, Callable, MutableMapping
+from typing import Any, Callable, Final, MutableMapping
 
 __all__ = ["lazy_attributes"]
+
+# What the codemod-only install (``pip install xnnfold``) leaves out.
+LOWERING_STACK: Final[frozenset[str]] = frozenset({"torch", "executorch", "torchao"})
+LOWERING_EXTRA_HINT: Final = (
+    "install the lowering stack with: pip install torch==2.13.0 'xnnfold[xnnpack]' "
+    "(or install torch and executorch yourself: see the README's supported versions)"
+)
 
 
 def lazy_attributes(
@@ -22,7 +29,17 @@ def lazy_attributes(
     def __getattr__(name: str) -> Any:
         module = table.get(name)
         if module is not None:
-            value = getattr(importlib.import_module(module), name)
+            try:
+                imported = importlib.import_module(module)
+            except ModuleNotFoundError as error:
+                if error.name is None or error.name.split(".")[0] not in LOWERING_STACK:
+                    raise
+                raise ModuleNotFoundError(
+                    f"{package}.{name} needs {error.name.split('.')[0]}, which is not "
+                    f"installed (only the codemod works without it); {LOWERING_EXTRA_HINT}",
+                    name=error.name,
+                ) from error
+            value = getattr(imported, name)
             namespace[name] = value  # later lookups skip this hook
             return value
         # ``import xnnfold; xnnfold.passes`` worked when everything was imported eagerly.

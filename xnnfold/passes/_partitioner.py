@@ -35,6 +35,7 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
 
+from xnnfold.passes._compat import check_releases
 from xnnfold.passes._configs import (
     FOLDING_GEMM_CONFIGS,
     FoldingGEMMMixin,
@@ -537,6 +538,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
         keep_decomposition_filter: bool = False,
     ) -> None:
+        check_releases()
         try:
             options = FoldOptions(max_fold_nodes=max_fold_nodes)
         except ValueError as error:

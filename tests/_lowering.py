@@ -1,9 +1,11 @@
-"""Shared lowering cache: each model is lowered once per session, then checked many ways."""
+"""Shared lowering cache: each model is lowered once per session, then checked many ways.
+
+Not in conftest.py: the codemod's tests run where neither torch nor executorch is
+installed, and pytest imports conftest.py for every test."""
 
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -13,9 +15,6 @@ from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 
 import xnnfold
 from xnnfold.fixtures import FIXTURES, Fixture, layer_fixture
-
-warnings.filterwarnings("ignore", category=FutureWarning)
-warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 @dataclass

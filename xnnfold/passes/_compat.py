@@ -1,0 +1,100 @@
+"""Which executorch and torch releases xnnfold was tested with, and a check that says so.
+
+xnnfold extends executorch's XNNPACK backend where it has no public seam: it overrides the
+GEMM configs' dependency hooks, wraps `XnnpackBackend.preprocess` and reads executorch's
+decomposition table. A release outside the tested range may have moved any of these, and
+a partitioner built on a moved hook could silently behave like stock, or worse. So the
+folding partitioner checks, when it is built, that the installed releases are ones the
+suite ran on and that every upstream name it relies on is where it expects; otherwise it
+stops with an error naming the release, the missing name and the fix.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Final
+
+__all__ = [
+    "EXECUTORCH_RANGE",
+    "TORCH_RANGE",
+    "UPSTREAM_NAMES",
+    "UnsupportedRelease",
+    "check_releases",
+]
+
+# [lowest, first not supported): the releases the suite passed on (README, "Supported
+# versions"); pyproject.toml's xnnpack extra declares the same.
+EXECUTORCH_RANGE: Final[tuple[str, str]] = ("1.4.1", "1.6")
+TORCH_RANGE: Final[tuple[str, str]] = ("2.13.0", "2.14")
+
+# (module, attribute path) of every upstream name the folding partitioner and the hook
+# override or read.
+UPSTREAM_NAMES: Final[tuple[tuple[str, str], ...]] = (
+    ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_weight_deps"),
+    ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_bias_deps"),
+    ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig.get_deps"),
+    ("executorch.backends.xnnpack.partition.config.gemm_configs", "AddmmConfig"),
+    ("executorch.backends.xnnpack.partition.config.gemm_configs", "MMConfig"),
+    ("executorch.backends.xnnpack.partition.config.gemm_configs", "LinearConfig"),
+    ("executorch.backends.xnnpack.partition.config.gemm_configs", "ConvolutionConfig"),
+    ("executorch.backends.xnnpack.xnnpack_preprocess", "XnnpackBackend.preprocess"),
+    (
+        "executorch.exir.backend.canonical_partitioners.config_partitioner",
+        "ConfigerationBasedPartitioner.get_matched_nodes_from_configs",
+    ),
+    ("executorch.exir.program._program", "_default_decomposition_table"),
+)
+
+_FIX: Final = (
+    "install a tested release (pip install torch==2.13.0 'executorch>={0},<{1}'), or lower "
+    "with executorch's XnnpackPartitioner"
+)
+
+
+class UnsupportedRelease(RuntimeError):
+    """The installed executorch or torch is not one xnnfold was tested with."""
+
+
+def _parse(text: str) -> tuple[int, ...]:
+    release = text.split("+", 1)[0]
+    parts = []
+    for piece in release.split("."):
+        digits = "".join(c for c in piece if c.isdigit()) if not piece.isdigit() else piece
+        if not digits:
+            break
+        parts.append(int(digits))
+        if not piece.isdigit():
+            break  # 1.6.0a0: a pre-release of 1.6.0 counts as 1.6.0
+    return tuple(parts)
+
+
+def _in_range(found: str, bounds: tuple[str, str]) -> bool:
+    low, high = (_parse(b) for b in bounds)
+    value = _parse(found)
+    return low <= value and value[: len(high)] < high
+
+
+def check_releases() -> None:
+    """Raise `UnsupportedRelease` unless executorch and torch are tested releases and
+    every name in `UPSTREAM_NAMES` exists."""
+    fix = _FIX.format(*EXECUTORCH_RANGE)
+    for package, bounds in (("executorch", EXECUTORCH_RANGE), ("torch", TORCH_RANGE)):
+        try:
+            found = version(package)
+        except PackageNotFoundError:
+            continue  # a source build without metadata: the names below still decide
+        if not _in_range(found, bounds):
+            raise UnsupportedRelease(
+                f"xnnfold: {package} {found} is not a release xnnfold was tested with "
+                f"(>={bounds[0]},<{bounds[1]}); {fix}"
+            )
+    for module_name, path in UPSTREAM_NAMES:
+        value: object = importlib.import_module(module_name)
+        for attribute in path.split("."):
+            if not hasattr(value, attribute):
+                raise UnsupportedRelease(
+                    f"xnnfold: {module_name}.{path} does not exist in the installed "
+                    f"executorch, and the folding partitioner builds on it; {fix}"
+                )
+            value = getattr(value, attribute)

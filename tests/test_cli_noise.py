@@ -52,10 +52,14 @@ def test_known_harmless_records_are_dropped(records: list[logging.LogRecord]) ->
 def test_other_records_of_the_same_loggers_pass(records: list[logging.LogRecord]) -> None:
     with quiet_upstream_noise():
         logging.getLogger("torchao").warning("Failed to load /my/own/extension.so: boom")
+        logging.getLogger("torchao").warning(
+            "Failed to load /venv/site-packages/torchao/_C.abi3.so: undefined symbol"
+        )
         logging.getLogger("torchao").error("quantization failed")
         logging.getLogger("torch.utils._pytree").warning("something else")
     assert [r.getMessage() for r in records] == [
         "Failed to load /my/own/extension.so: boom",
+        "Failed to load /venv/site-packages/torchao/_C.abi3.so: undefined symbol",
         "quantization failed",
         "something else",
     ]

@@ -603,3 +603,19 @@ def test_json_report_says_would(
     main(["--report", "--format", "json", "m.py"])
     messages = [f["message"] for f in json.loads(capsys.readouterr().out)["findings"]]
     assert any(m.endswith("would migrate to torch.nn.utils.parametrizations.weight_norm") for m in messages)
+
+
+def test_a_failed_write_reports_what_would_have_happened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("m.py").write_bytes(WIRED)
+
+    def refuse(src: str, dst: str) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    main(["m.py"])
+    out = capsys.readouterr().out
+    assert "would migrate to " in out and "migrated to" not in out
+    assert Path("m.py").read_bytes() == WIRED

@@ -16,15 +16,24 @@ from xnnfold.passes import _compat
 from xnnfold.passes._compat import EXECUTORCH_RANGE, UnsupportedRelease, check_releases
 
 
-def test_the_installed_releases_are_supported() -> None:
-    check_releases()
+def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger=_compat.__name__):
+        check_releases()
+    assert caplog.text == ""  # a tested release, not only one in the range
     assert _compat._in_range(version("executorch"), EXECUTORCH_RANGE)
     xnnfold.XnnpackFoldingPartitioner()
 
 
 @pytest.mark.parametrize(
     ("package", "found"),
-    [("executorch", "1.6.0"), ("executorch", "1.4.0"), ("executorch", "1.6.0a0"), ("torch", "2.14.1")],
+    [
+        ("executorch", "1.6.0"),
+        ("executorch", "1.4.0"),
+        ("executorch", "1.4.1rc1"),
+        ("executorch", "1.6.0a0"),
+        ("torch", "2.14.1"),
+        ("torch", "2.13.0.dev20260101"),
+    ],
 )
 def test_an_untested_release_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch, package: str, found: str
@@ -36,19 +45,35 @@ def test_an_untested_release_is_refused_by_name(
     assert "pip install torch==2.13.0 'executorch>=1.4.1,<1.6'" in str(info.value)
 
 
-def test_a_moved_upstream_name_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        _compat,
-        "UPSTREAM_NAMES",
-        (*_compat.UPSTREAM_NAMES, ("executorch.backends.xnnpack.xnnpack_preprocess", "XnnpackBackend.gone")),
-    )
-    with pytest.raises(UnsupportedRelease, match=r"XnnpackBackend\.gone does not exist"):
+def test_an_untested_patch_release_in_the_range_is_accepted_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = _compat.version
+    monkeypatch.setattr(_compat, "version", lambda name: "1.5.2" if name == "executorch" else real(name))
+    with caplog.at_level("WARNING", logger=_compat.__name__):
+        check_releases()
+    assert "executorch 1.5.2 is in the supported range but was not itself tested" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "moved",
+    [
+        ("executorch.backends.xnnpack.xnnpack_preprocess", "XnnpackBackend.gone"),
+        ("executorch.backends.xnnpack.no_such_module", "Anything"),
+    ],
+    ids=["attribute", "module"],
+)
+def test_a_moved_upstream_name_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, moved: tuple[str, str]
+) -> None:
+    monkeypatch.setattr(_compat, "UPSTREAM_NAMES", (*_compat.UPSTREAM_NAMES, moved))
+    with pytest.raises(UnsupportedRelease, match=moved[1].split(".")[-1] if "gone" in moved[1] else "no_such_module"):
         xnnfold.XnnpackFoldingPartitioner()
 
 
 @pytest.mark.parametrize(
     ("found", "expected"),
-    [("2.13.0+cpu", True), ("2.13.1", True), ("2.14.0", False), ("1.5.1", False)],
+    [("2.13.0+cpu", True), ("2.13.1", True), ("2.14.0", False), ("2.14.0a0", False), ("1.5.1", False)],
 )
 def test_torch_range(found: str, expected: bool) -> None:
     assert _compat._in_range(found, _compat.TORCH_RANGE) is expected

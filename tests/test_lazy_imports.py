@@ -112,6 +112,9 @@ class NoTorch(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, NoTorch())
+"""
+
+_LOWERING_NAME = """
 import xnnfold
 try:
     xnnfold.prepare_for_xnnpack
@@ -120,16 +123,31 @@ except ModuleNotFoundError as error:
     print("MESSAGE", error)
 """
 
+_DEMO_COMMAND = """
+from xnnfold.cli import main
+print("EXIT", main(["demo"]))
+"""
+
 
 def test_a_lowering_name_without_torch_says_which_install_it_needs(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_TORCH], capture_output=True, text=True, cwd=tmp_path,
-        timeout=300,
+        [sys.executable, "-c", _WITHOUT_TORCH + _LOWERING_NAME], capture_output=True,
+        text=True, cwd=tmp_path, timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "NAME torch" in result.stdout
     assert "prepare_for_xnnpack needs torch, which is not installed" in result.stdout
     assert "'xnnfold[xnnpack]'" in result.stdout
+
+
+def test_a_lowering_command_without_torch_says_which_install_it_needs(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH + _DEMO_COMMAND], capture_output=True,
+        text=True, cwd=tmp_path, timeout=300,
+    )
+    assert "EXIT 2" in result.stdout, result.stderr[-2000:]
+    assert "xnnfold demo: needs torch, which is not installed" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_a_missing_module_of_the_users_own_is_not_reworded() -> None:

@@ -26,22 +26,28 @@ class NestedBias(nn.Module):
         self.left = nn.Parameter(torch.randn(1, 3, generator=generator))
         self.right = nn.Parameter(torch.randn(3, 8, generator=generator))
         self.inner = nn.Parameter(torch.randn(3, 3, generator=generator))
+        self.shift = nn.Parameter(torch.randn(8, generator=generator))
         self.depth = depth
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def bias(self) -> torch.Tensor:
+        if self.depth == 0:
+            # A scaled addmm of plain parameters: its own scales are marked for folding.
+            return torch.addmm(self.shift, self.left, self.right, beta=0.5, alpha=2.0).reshape(8)
         right = 2.0 - self.right
         if self.depth == 2:
             # A GEMM inside the GEMM inside the bias.
             right = torch.mm(self.inner * 0.5, right)
-        bias = torch.mm(self.left, right).reshape(8)
-        return torch.addmm(bias, x, self.weight)
+        return torch.mm(self.left, right).reshape(8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.bias(), x, self.weight)
 
 
 def _inputs() -> tuple[torch.Tensor]:
     return (torch.randn(4, 6, generator=torch.Generator().manual_seed(12)),)
 
 
-@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("depth", [0, 1, 2])
 def test_a_bias_computed_by_a_gemm_folds_and_matches_eager(depth: int) -> None:
     model = NestedBias(depth=depth).eval()
     edge = xnnfold.lower(model, _inputs())
@@ -56,17 +62,14 @@ class HandFolded(nn.Module):
     def __init__(self, model: NestedBias) -> None:
         super().__init__()
         with torch.no_grad():
-            right = 2.0 - model.right
-            if model.depth == 2:
-                right = torch.mm(model.inner * 0.5, right)
-            self.bias = nn.Parameter(torch.mm(model.left, right).reshape(8))
+            self.bias = nn.Parameter(model.bias())
             self.weight = nn.Parameter(model.weight.detach().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.addmm(self.bias, x, self.weight)
 
 
-@pytest.mark.parametrize("depth", [1, 2])
+@pytest.mark.parametrize("depth", [0, 1, 2])
 def test_the_inner_gemms_leave_nothing_in_the_program(depth: int) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower

@@ -428,3 +428,4 @@ def test_a_later_method_storing_a_source_does_not_strand_kept_ops() -> None:
     for name, module in modules.items():
         (out,) = xnnfold.run_pte(buffer, inputs[name], name)
         torch.testing.assert_close(out, module(*inputs[name]), rtol=1e-5, atol=1e-5)
+

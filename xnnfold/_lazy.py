@@ -10,7 +10,7 @@ import importlib
 import importlib.util
 from typing import Any, Callable, Final, MutableMapping
 
-__all__ = ["lazy_attributes"]
+__all__ = ["LOWERING_EXTRA_HINT", "lazy_attributes", "missing_lowering_package"]
 
 # What the codemod-only install (``pip install xnnfold``) leaves out.
 LOWERING_STACK: Final[frozenset[str]] = frozenset({"torch", "executorch", "torchao"})
@@ -18,6 +18,21 @@ LOWERING_EXTRA_HINT: Final = (
     "install the lowering stack with: pip install torch==2.13.0 'xnnfold[xnnpack]' "
     "(or install torch and executorch yourself: see the README's supported versions)"
 )
+
+
+def missing_lowering_package(error: ModuleNotFoundError) -> str | None:
+    """The lowering-stack package whose absence ``error`` reports, or None.
+
+    None too when that package is installed and only a submodule is missing (a torch
+    release without it): that is a version problem, not the codemod-only install."""
+    top = (error.name or "").split(".")[0]
+    if top not in LOWERING_STACK:
+        return None
+    try:
+        installed = importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        installed = False
+    return None if installed else top
 
 
 def lazy_attributes(
@@ -32,11 +47,12 @@ def lazy_attributes(
             try:
                 imported = importlib.import_module(module)
             except ModuleNotFoundError as error:
-                if error.name is None or error.name.split(".")[0] not in LOWERING_STACK:
+                missing = missing_lowering_package(error)
+                if missing is None:
                     raise
                 raise ModuleNotFoundError(
-                    f"{package}.{name} needs {error.name.split('.')[0]}, which is not "
-                    f"installed (only the codemod works without it); {LOWERING_EXTRA_HINT}",
+                    f"{package}.{name} needs {missing}, which is not installed (only the "
+                    f"codemod works without it); {LOWERING_EXTRA_HINT}",
                     name=error.name,
                 ) from error
             value = getattr(imported, name)

@@ -21,8 +21,15 @@ __all__ = ["KNOWN_HARMLESS", "quiet_upstream_noise"]
 # (logger name, pattern over the formatted message). Loggers are matched exactly: a
 # filter sits on the logger object, so records of its children are not touched.
 KNOWN_HARMLESS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
-    # torchao's prebuilt wheel ships CUDA and other-Python extensions beside its CPU ones.
-    ("torchao", re.compile(r"^Failed to load \S*/torchao/_C\w*\.[\w.-]*so: ")),
+    # torchao's prebuilt wheel ships a CUDA sm90 extension and a CPython 3.10 build of its
+    # mxfp8 one beside its CPU ones; only those two files' failures are dropped.
+    (
+        "torchao",
+        re.compile(
+            r"^Failed to load \S*/torchao/"
+            r"(_C_cutlass_90a\.abi3\.so|_C_mxfp8\.cpython-310-[\w-]+\.so): "
+        ),
+    ),
     ("torch.utils._pytree", re.compile(r"is an Enum subclass and is now natively supported")),
 )
 

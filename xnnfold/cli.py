@@ -8,6 +8,7 @@ import time
 import warnings
 from typing import Optional, Sequence
 
+from xnnfold._lazy import LOWERING_EXTRA_HINT, missing_lowering_package
 from xnnfold._noise import quiet_upstream_noise
 
 __all__ = ["main"]
@@ -96,14 +97,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "demo" and args.runs < 1:
         parser.error("--runs must be at least 1")
-    if args.verbose:
-        return int(args.func(args))
-    with warnings.catch_warnings(), quiet_upstream_noise():
-        # Upstream deprecation notices (torch's pytree, executorch's exir) are for their
-        # callers' developers, not for a user running a command.
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        return int(args.func(args))
+    try:
+        if args.verbose:
+            return int(args.func(args))
+        with warnings.catch_warnings(), quiet_upstream_noise():
+            # Upstream deprecation notices (torch's pytree, executorch's exir) are for
+            # their callers' developers, not for a user running a command.
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            return int(args.func(args))
+    except ModuleNotFoundError as error:
+        missing = missing_lowering_package(error)
+        if missing is None:
+            raise
+        print(
+            f"xnnfold {args.command}: needs {missing}, which is not installed (this is "
+            f"the codemod-only install); {LOWERING_EXTRA_HINT}",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,21 +12,31 @@ stops with an error naming the release, the missing name and the fix.
 from __future__ import annotations
 
 import importlib
+import logging
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 __all__ = [
     "EXECUTORCH_RANGE",
+    "TESTED",
     "TORCH_RANGE",
     "UPSTREAM_NAMES",
     "UnsupportedRelease",
     "check_releases",
 ]
 
-# [lowest, first not supported): the releases the suite passed on (README, "Supported
-# versions"); pyproject.toml's xnnpack extra declares the same.
+# [lowest, first not supported), as pyproject.toml's xnnpack extra declares them (README,
+# "Supported versions"), and inside them the releases the suite passed on: a later patch
+# release in the range is accepted with a WARNING.
 EXECUTORCH_RANGE: Final[tuple[str, str]] = ("1.4.1", "1.6")
 TORCH_RANGE: Final[tuple[str, str]] = ("2.13.0", "2.14")
+TESTED: Final[dict[str, frozenset[str]]] = {
+    "executorch": frozenset({"1.4.1", "1.5.0", "1.5.1"}),
+    "torch": frozenset({"2.13.0"}),
+}
 
 # (module, attribute path) of every upstream name the folding partitioner and the hook
 # override or read.
@@ -56,23 +66,19 @@ class UnsupportedRelease(RuntimeError):
     """The installed executorch or torch is not one xnnfold was tested with."""
 
 
-def _parse(text: str) -> tuple[int, ...]:
-    release = text.split("+", 1)[0]
-    parts = []
-    for piece in release.split("."):
-        digits = "".join(c for c in piece if c.isdigit()) if not piece.isdigit() else piece
-        if not digits:
-            break
-        parts.append(int(digits))
-        if not piece.isdigit():
-            break  # 1.6.0a0: a pre-release of 1.6.0 counts as 1.6.0
-    return tuple(parts)
+logger = logging.getLogger(__name__)
 
 
 def _in_range(found: str, bounds: tuple[str, str]) -> bool:
-    low, high = (_parse(b) for b in bounds)
-    value = _parse(found)
-    return low <= value and value[: len(high)] < high
+    """Whether ``found`` satisfies ``>=low,<high`` as pip reads it, pre-releases and local
+    labels (``+cpu``) included: ``1.6.0a0`` is not below 1.6, ``1.4.1rc1`` is below 1.4.1."""
+    try:
+        parsed = Version(found)
+    except InvalidVersion:
+        return False
+    return SpecifierSet(f">={bounds[0]},<{bounds[1]}").contains(parsed.public, prereleases=True) and not (
+        parsed.is_prerelease and Version(parsed.base_version) == Version(bounds[1])
+    )
 
 
 def check_releases() -> None:
@@ -89,8 +95,22 @@ def check_releases() -> None:
                 f"xnnfold: {package} {found} is not a release xnnfold was tested with "
                 f"(>={bounds[0]},<{bounds[1]}); {fix}"
             )
+        if Version(found).base_version not in TESTED[package]:
+            logger.warning(
+                "xnnfold: %s %s is in the supported range but was not itself tested "
+                "(tested: %s)",
+                package,
+                found,
+                ", ".join(sorted(TESTED[package])),
+            )
     for module_name, path in UPSTREAM_NAMES:
-        value: object = importlib.import_module(module_name)
+        try:
+            value: object = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            raise UnsupportedRelease(
+                f"xnnfold: the installed executorch has no module {module_name} "
+                f"({error}), and the folding partitioner builds on it; {fix}"
+            ) from error
         for attribute in path.split("."):
             if not hasattr(value, attribute):
                 raise UnsupportedRelease(

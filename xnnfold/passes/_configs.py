@@ -92,6 +92,7 @@ def written_elsewhere(
     return None
 
 
+
 class FoldingGEMMMixin:
     """Accepts a GEMM whose fp32 weight or bias is a foldable computation of constants.
 
@@ -136,21 +137,30 @@ class FoldingGEMMMixin:
     ) -> Union[WeightComputation, Rejection, None]:
         """The shared predicate, for this GEMM's argument layout."""
         result = self._find(node, arg_index, ep, stored_elsewhere=self.stored_elsewhere)
-        if isinstance(result, Rejection):
+        if isinstance(result, Rejection) and (self.stored_elsewhere or self.non_folding - {node.name}):
             alone = self._find(node, arg_index, ep, sizes=False)
             if isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
                 # Declined only to keep the program small: a method lowered after this
                 # one's decompositions stores a source too, or a GEMM that takes its
-                # weight at run time reads it. This GEMM's computations kept ops
-                # (`_weight_norm`, `stack`) that have no portable kernel, so it must be
-                # delegated with them folded. Correct, but stored twice.
-                logger.warning(
-                    "xnnfold: the %s of GEMM '%s' is folded although another method "
-                    "or GEMM keeps its sources too, so the program holds both; lower "
-                    "the method that stores them first to avoid that",
-                    alone.role,
-                    node.name,
+                # weight at run time (or stays on portable) reads it. This GEMM's
+                # computations kept ops (`_weight_norm`, `stack`) that have no portable
+                # kernel, so it must be delegated with them folded: correct, and the
+                # shared sources are stored beside the folded value (an intermediate
+                # another reader needs becomes an output of the delegate, computed there).
+                # `computation` runs many times per partitioning: say it once.
+                warned: set[tuple[int, str, int]] = self.__dict__.setdefault(
+                    "_warned_stored_twice", set()
                 )
+                key = (id(ep.graph), node.name, arg_index)
+                if key not in warned:
+                    warned.add(key)
+                    logger.warning(
+                        "xnnfold: the %s of GEMM '%s' is folded although its sources are "
+                        "also kept for another reader (another method, or a GEMM that does "
+                        "not fold them), so the program stores both",
+                        alone.role,
+                        node.name,
+                    )
                 result = alone
         return written_elsewhere(result, ep, self.written_buffers) or result
 

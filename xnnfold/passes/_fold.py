@@ -421,6 +421,8 @@ class FoldComputedWeightsPass(XNNPACKPass):
                 computation.gemm.meta.pop(FOLD_META_KEY, None)
 
         for gemm in scaled:
+            if gemm in removed:
+                continue  # evaluated, scales and all, inside an enclosing computation
             first_input, dead = self._apply_scales(
                 gemm, gemm.meta[FOLD_SCALES_META_KEY], first_input, fqns, taken
             )

@@ -230,6 +230,12 @@ class CodemodSummary:
         return tuple((f.path, finding) for f in self.files for finding in f.findings)
 
     @property
+    def written(self) -> frozenset[str]:
+        """Paths whose rewrite was written: their findings say what happened, every
+        other file's say what would (a failed write, --check, --report, --diff)."""
+        return frozenset(f.path for f in self.files if f.status == STATUS_REWRITTEN)
+
+    @property
     def exit_code(self) -> int:
         """1 if a file could not be processed, or in --check if a rewrite is pending; else 0."""
         if self.failed:
@@ -240,6 +246,7 @@ class CodemodSummary:
 
     def to_json(self) -> dict[str, object]:
         changed_key = "rewritten" if self.mode == "write" else "would_rewrite"
+        written = self.written
         result: dict[str, object] = {
             "mode": self.mode,
             "findings": [
@@ -248,7 +255,7 @@ class CodemodSummary:
                     "line": f.line,
                     "col": f.col,
                     "code": f.code,
-                    "message": f.text(written=self.mode == "write"),
+                    "message": f.text(written=path in written),
                     "rewritten": f.rewritten,
                 }
                 for path, f in self.findings
@@ -707,8 +714,9 @@ def _emit(summary: CodemodSummary, *, fmt: str, stdout: TextIO, stderr: TextIO) 
             if report.diff:
                 stdout.write(report.diff)
     else:
+        written = summary.written
         for path, finding in summary.findings:
-            stdout.write(finding.format(path, written=summary.mode == "write") + "\n")
+            stdout.write(finding.format(path, written=path in written) + "\n")
         if summary.mode in ("write", "check"):
             verb = "rewrote" if summary.mode == "write" else "would rewrite"
             for path in summary.changed:

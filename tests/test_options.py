@@ -18,6 +18,7 @@ from torch.nn.utils.parametrizations import weight_norm
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes import FoldingLinearConfig, FoldOptions
+from xnnfold.passes._compat import supports_bf16
 from xnnfold.passes._constants import FOLD_OPTIONS_META_KEY
 
 pytestmark = pytest.mark.runtime
@@ -95,6 +96,7 @@ def test_config_precisions_reach_the_configs() -> None:
     assert linear.enabled_precision_types == [ConfigPrecisionType.STATIC_QUANT]
 
 
+@pytest.mark.skipif(not supports_bf16(), reason="this executorch has no bf16 delegation (the next test)")
 def test_enable_bf16_reaches_the_configs() -> None:
     partitioner = XnnpackFoldingPartitioner(enable_bf16=True)
     assert all(
@@ -102,6 +104,12 @@ def test_enable_bf16_reaches_the_configs() -> None:
         for c in partitioner.target_partitioner_configs.values()
         if isinstance(c, FoldingLinearConfig)
     )
+
+
+@pytest.mark.skipif(supports_bf16(), reason="this executorch delegates bf16 (the test above)")
+def test_enable_bf16_without_support_says_so() -> None:
+    with pytest.raises(ValueError, match=r"has no bf16 delegation .* it arrived in 1\.5\.0"):
+        XnnpackFoldingPartitioner(enable_bf16=True)
 
 
 def test_configs_replace_only_the_configs_given() -> None:

@@ -26,6 +26,8 @@ __all__ = [
     "UPSTREAM_NAMES",
     "UnsupportedRelease",
     "check_releases",
+    "installed_version",
+    "supports_bf16",
 ]
 
 # [lowest, first not supported), as pyproject.toml's xnnpack extra declares them (README,
@@ -118,3 +120,19 @@ def check_releases() -> None:
                     f"executorch, and the folding partitioner builds on it; {fix}"
                 )
             value = getattr(value, attribute)
+
+
+def supports_bf16() -> bool:
+    """Whether the installed XNNPACK configs take ``enable_bf16`` (executorch 1.5.0 and
+    later); 1.4.1's ignore the keyword, so the option would silently do nothing."""
+    from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
+
+    return getattr(LinearConfig(enable_bf16=True), "enable_bf16", False) is True
+
+
+def installed_version(package: str) -> str:
+    """``package``'s installed version, or "(unknown)" for a build without metadata."""
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(unknown)"

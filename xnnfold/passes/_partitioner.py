@@ -35,7 +35,7 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold.passes._compat import check_releases
+from xnnfold.passes._compat import check_releases, installed_version as _installed, supports_bf16
 from xnnfold.passes._configs import (
     FOLDING_GEMM_CONFIGS,
     FoldingGEMMMixin,
@@ -539,6 +539,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         keep_decomposition_filter: bool = False,
     ) -> None:
         check_releases()
+        if enable_bf16 and not supports_bf16():
+            raise ValueError(
+                f"XnnpackFoldingPartitioner(enable_bf16=True): the installed executorch "
+                f"{_installed('executorch')} has no bf16 delegation (its XNNPACK configs "
+                "ignore the option; it arrived in 1.5.0): upgrade executorch or drop "
+                "enable_bf16"
+            )
         try:
             options = FoldOptions(max_fold_nodes=max_fold_nodes)
         except ValueError as error:

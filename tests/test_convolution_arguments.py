@@ -164,3 +164,49 @@ def test_a_shared_1d_kernel_is_not_delegated(build: type[nn.Module]) -> None:
     assert all("reshapes a 1D kernel" in (r.reason or "") for r in xnnfold.explain(edge).outside)
     out = xnnfold.run_pte(edge.to_executorch().buffer, inputs)[0]
     torch.testing.assert_close(out, model(*inputs), atol=1e-5, rtol=1e-5)
+
+
+class Shared2DKernel(nn.Module):
+    """A 2D (transposed) convolution whose kernel is also read by an elementwise op: XNNPACK
+    computes the convolution wrongly (stock partitioner: off by ~30)."""
+
+    def __init__(self, transposed: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        shape = (7, 14, 2, 2) if transposed else (14, 7, 2, 2)
+        self.weight = nn.Parameter(torch.randn(shape))
+        self.transposed = transposed
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        conv = F.conv_transpose2d if self.transposed else F.conv2d
+        return conv(x, self.weight), self.weight.abs().sum() * torch.ones(1)
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["conv2d", "conv_transpose2d"])
+def test_a_2d_kernel_shared_with_an_elementwise_op_stays_on_portable(transposed: bool) -> None:
+    model = Shared2DKernel(transposed).eval()
+    inputs = (torch.randn(2, 7, 6, 6, generator=torch.Generator().manual_seed(1)),)
+    edge = xnnfold.lower(model, inputs)
+    (row,) = xnnfold.explain(edge).outside
+    assert "is not a convolution; XNNPACK computes such a convolution wrongly" in (row.reason or "")
+    outputs = xnnfold.run_pte(edge.to_executorch().buffer, inputs)
+    for out, ref in zip(outputs, model(*inputs)):
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-5)
+
+
+def test_a_2d_kernel_shared_by_two_convolutions_is_delegated() -> None:
+    class TwoConvs(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.weight = nn.Parameter(torch.randn(7, 7, 2, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.conv2d(F.conv2d(x, self.weight), self.weight)
+
+    model = TwoConvs().eval()
+    inputs = (torch.randn(2, 7, 6, 6, generator=torch.Generator().manual_seed(1)),)
+    edge = xnnfold.lower(model, inputs)
+    assert not xnnfold.explain(edge).outside
+    out = xnnfold.run_pte(edge.to_executorch().buffer, inputs)[0]
+    torch.testing.assert_close(out, model(*inputs), atol=1e-4, rtol=1e-5)

@@ -695,3 +695,18 @@ def test_known_failure_source_of_a_declined_gemm_folded_by_another_method() -> N
     program = eval(KNOWN_STORED_FOR_A_DECLINED_GEMM, vars(_grammar))  # noqa: S307 - our own repr
     outcome = check_program(program, ("a", "b", "c"))
     assert not outcome.failures, outcome.failures
+
+
+# Found by the campaign (seed 3, program 236): a conv_transpose2d whose stored kernel is
+# also read by an elementwise op (`abs`) was delegated, and XNNPACK computed it wrongly
+# (off by 5.3; the stock partitioner is wrong too, and here failed to run). A 2D kernel
+# a non-convolution shares now stays on portable (tests/test_convolution_arguments.py).
+KNOWN_SHARED_2D_KERNEL: Final = "Program(seed=3000244000, scenario='chain', sources=(Source(name='s0', shape=(7, 14, 2, 2), kind='buffer', dtype='float32', param='none'), Source(name='s1', shape=(48,), kind='const', dtype='bfloat16', param='none'), Source(name='s2', shape=(16, 7, 1), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=7, spatial=(6,), batch=2, layers=(Gemm(kind='conv_transpose2d', in_ch=7, out_ch=14, weight=Src(name='s0'), bias=Narrow(how='slice', x=Piece(how='chunk', x=Unary(op='reciprocal', x=Src(name='s1')), dim=0, pieces=3, index=2), dim=0, start=2, length=14), kernel=2, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='conv1d', in_ch=14, out_ch=16, weight=Src(name='s2'), bias=None, kernel=1, stride=1, padding=0, dilation=2, groups=2, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=True)), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=True),))"
+
+
+def test_campaign_finding_shared_2d_kernel() -> None:
+    from xnnfold.fixtures import _grammar
+
+    program = eval(KNOWN_SHARED_2D_KERNEL, vars(_grammar))  # noqa: S307 - our own repr
+    outcome = check_program(program, ("a", "b", "d"))
+    assert not outcome.failures, outcome.failures

@@ -28,7 +28,7 @@ __all__ = [
     "addmm_problem",
     "addmm_scales",
     "deconvolution_problem",
-    "shared_1d_kernel_problem",
+    "shared_kernel_problem",
 ]
 
 # addmm(input, mat1, mat2, *, beta, alpha), in ATen and in the edge dialect alike.
@@ -120,24 +120,45 @@ def deconvolution_problem(
     return None
 
 
-def shared_1d_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
-    """Why a 1D convolution's stored kernel cannot be delegated: something else reads it.
+def shared_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
+    """Why a convolution's stored kernel cannot be delegated: something else reads it.
 
-    Conv1dUnsqueezePass unsqueezes the kernel constant in place; a second convolution
+    Conv1dUnsqueezePass unsqueezes a 1D kernel constant in place: a second convolution
     on it fails in lowering, an elementwise op on it fails at run time (a tensor of rank
-    4 where 3 was serialized).
+    4 where 3 was serialized). A 2D kernel that a non-convolution also reads is computed
+    wrongly by XNNPACK or fails at run time (measured with the stock partitioner on
+    executorch 1.5.1: ``conv2d(x, w)`` beside ``w.abs().sum()`` is off by 30, beside ``-w``
+    execution fails); two convolutions on one 2D kernel are fine.
     """
     weight = node.args[weight_index] if weight_index < len(node.args) else None
     if not isinstance(weight, Node) or weight.op != "placeholder":
         return None
     val = weight.meta.get(VAL_META_KEY)
-    if not isinstance(val, torch.Tensor) or val.dim() != 3:
+    if not isinstance(val, torch.Tensor) or val.dim() < 3:
         return None
-    others = [user.name for user in weight.users if user is not node]
+    one_d = val.dim() == 3
+    others = [
+        user.name
+        for user in weight.users
+        if user is not node and (one_d or not _is_convolution(user))
+    ]
     if not others:
         return None
+    if one_d:
+        return (
+            f"the 1D convolution's kernel '{weight.name}' is also read by '{others[0]}'; "
+            "XNNPACK reshapes a 1D kernel in place (Conv1dUnsqueezePass), which breaks "
+            "every other reader"
+        )
     return (
-        f"the 1D convolution's kernel '{weight.name}' is also read by '{others[0]}'; "
-        "XNNPACK reshapes a 1D kernel in place (Conv1dUnsqueezePass), which breaks "
-        "every other reader"
+        f"the convolution's kernel '{weight.name}' is also read by '{others[0]}', which "
+        "is not a convolution; XNNPACK computes such a convolution wrongly"
+    )
+
+
+def _is_convolution(node: Node) -> bool:
+    op = getattr(node.target, "_op", node.target)  # an edge op wraps its ATen op
+    name = getattr(op, "__name__", str(op))
+    return node.op == "call_function" and (
+        name.startswith("convolution") or name.startswith("conv")
     )

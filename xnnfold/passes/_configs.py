@@ -37,7 +37,7 @@ from xnnfold.passes._arguments import (
     addmm_problem,
     addmm_scales,
     deconvolution_problem,
-    shared_1d_kernel_problem,
+    shared_kernel_problem,
 )
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._predicates import (
@@ -343,7 +343,7 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
     and leaves on portable a deconvolution XNNPACK cannot run (`deconvolution_problem`)."""
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
-        return shared_1d_kernel_problem(node, self.weight_idx) or deconvolution_problem(
+        return shared_kernel_problem(node, self.weight_idx) or deconvolution_problem(
             transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
         )
 

@@ -59,7 +59,7 @@ from xnnfold.passes._constants import (
 from xnnfold.passes._arguments import (
     addmm_problem,
     deconvolution_problem,
-    shared_1d_kernel_problem,
+    shared_kernel_problem,
 )
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
@@ -162,7 +162,7 @@ def _argument_problem(
     """The edge configs' argument rules (`_arguments`), on an ATen GEMM."""
     target = node.target
     if target in _ATEN_CONVOLUTIONS:
-        problem = shared_1d_kernel_problem(node, 1)
+        problem = shared_kernel_problem(node, 1)
         if problem is not None:
             return problem
     if target is torch.ops.aten.addmm.default:

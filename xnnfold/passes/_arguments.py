@@ -20,7 +20,7 @@ import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from xnnfold.passes._constants import VAL_META_KEY
+from xnnfold.passes._constants import CONVOLUTION_TARGETS, VAL_META_KEY
 
 __all__ = [
     "ADDMM_BIAS",
@@ -140,7 +140,7 @@ def shared_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
     others = [
         user.name
         for user in weight.users
-        if user is not node and (one_d or not _is_convolution(user))
+        if user is not node and (one_d or user.target not in CONVOLUTION_TARGETS)
     ]
     if not others:
         return None
@@ -155,10 +155,3 @@ def shared_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
         "is not a convolution; XNNPACK computes such a convolution wrongly"
     )
 
-
-def _is_convolution(node: Node) -> bool:
-    op = getattr(node.target, "_op", node.target)  # an edge op wraps its ATen op
-    name = getattr(op, "__name__", str(op))
-    return node.op == "call_function" and (
-        name.startswith("convolution") or name.startswith("conv")
-    )

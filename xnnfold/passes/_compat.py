@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import logging
 from importlib.metadata import PackageNotFoundError, version
-from typing import Final
+from typing import Final, Optional
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -88,9 +88,8 @@ def check_releases() -> None:
     every name in `UPSTREAM_NAMES` exists."""
     fix = _FIX.format(*EXECUTORCH_RANGE)
     for package, bounds in (("executorch", EXECUTORCH_RANGE), ("torch", TORCH_RANGE)):
-        try:
-            found = version(package)
-        except PackageNotFoundError:
+        found = installed_version(package)
+        if found is None:
             continue  # a source build without metadata: the names below still decide
         if not _in_range(found, bounds):
             raise UnsupportedRelease(
@@ -130,9 +129,9 @@ def supports_bf16() -> bool:
     return getattr(LinearConfig(enable_bf16=True), "enable_bf16", False) is True
 
 
-def installed_version(package: str) -> str:
-    """``package``'s installed version, or "(unknown)" for a build without metadata."""
+def installed_version(package: str) -> Optional[str]:
+    """``package``'s installed version, or None for a build without metadata."""
     try:
         return version(package)
     except PackageNotFoundError:
-        return "(unknown)"
+        return None

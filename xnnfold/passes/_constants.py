@@ -207,6 +207,13 @@ ATEN_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
     aten.matmul.default: (1,),
 }
 
+# Every convolution op, ATen (before to_edge) and edge: the readers of a kernel that
+# XNNPACK takes beside a 2D convolution on it (`_arguments.shared_kernel_problem`).
+CONVOLUTION_TARGETS: Final[frozenset[object]] = frozenset(
+    {op for op, positions in ATEN_GEMM_ARGS.items() if positions == (1, 2)}
+    - {aten.linear.default}
+) | {edge.convolution.default}
+
 # Every GEMM the passes look at, ATen or edge, with its weight and bias positions (none for
 # a product of two activations). `explain` matches by name instead, for out variants.
 GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {

@@ -43,6 +43,7 @@ from xnnfold.passes._configs import (
 )
 from xnnfold.passes._constants import (
     ATEN_GEMM_ARGS,
+    CONVOLUTION_TARGETS,
     CUSTOM_META_KEY,
     DEFAULT_MAX_FOLD_NODES,
     DELEGATION_TAG_META_KEY,
@@ -161,7 +162,7 @@ def _argument_problem(
 ) -> Optional[str]:
     """The edge configs' argument rules (`_arguments`), on an ATen GEMM."""
     target = node.target
-    if target in _ATEN_CONVOLUTIONS:
+    if target in CONVOLUTION_TARGETS:
         problem = shared_kernel_problem(node, 1)
         if problem is not None:
             return problem
@@ -197,10 +198,6 @@ _MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY)
 
 _ATEN_DECONVOLUTIONS = frozenset(
     {torch.ops.aten.conv_transpose1d.default, torch.ops.aten.conv_transpose2d.input}
-)
-_ATEN_CONVOLUTIONS = frozenset(
-    {op for op, positions in ATEN_GEMM_ARGS.items() if positions == (1, 2)}
-    - {torch.ops.aten.linear.default}
 )
 
 
@@ -541,8 +538,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         check_releases()
         if enable_bf16 and not supports_bf16():
             raise ValueError(
-                f"XnnpackFoldingPartitioner(enable_bf16=True): the installed executorch "
-                f"{_installed('executorch')} has no bf16 delegation (its XNNPACK configs "
+                "XnnpackFoldingPartitioner(enable_bf16=True): the installed executorch "
+                f"{_installed('executorch') or '(unknown version)'} has no bf16 "
+                "delegation (its XNNPACK configs "
                 "ignore the option; it arrived in 1.5.0): upgrade executorch or drop "
                 "enable_bf16"
             )

@@ -679,17 +679,16 @@ def test_campaign_finding_gemm_inside_a_bias_computation() -> None:
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 3, program 115), not fixed yet: `forward`'s addmm has a bias
-# per row, so it stays on portable with its computed weight and the packed source `s0`
-# is stored; but the cross-method record of stored constants is taken before that
-# decline (at ATen level, where the computation looks like it only feeds a GEMM weight),
-# so `other` folds its slice of `s0` and the program stores both: 1,760 bytes over stock
-# (oracle c). Correct outputs; too large.
+# Found by the campaign (seed 3, program 115): `forward`'s addmm has a bias per row, so
+# it stays on portable with its computed weight and the packed source `s0` is stored;
+# the cross-method record of stored constants did not count that declined GEMM as a
+# reader, so `other` folded its slice of `s0` and the program stored both: 1,760 bytes
+# over stock (oracle c). GEMMs that will not fold now count as readers that keep their
+# sources (`stored_constants(ep, non_folding)`).
 KNOWN_STORED_FOR_A_DECLINED_GEMM: Final = "Program(seed=3000123000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(30, 13), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=32, spatial=(5, 3), batch=2, layers=(Gemm(kind='addmm', in_ch=32, out_ch=13, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=416), shape=(32, 13), view=False), bias=Src(name='s2'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='MN', module=False),), side=(), table=None, dynamic=False), Method(name='other', kind='chain', in_ch=32, spatial=(3, 2), batch=3, layers=(Gemm(kind='matmul', in_ch=32, out_ch=13, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=416, length=416), shape=(32, 13), view=False), bias=None, kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False),), side=(), table=None, dynamic=True)))"
 
 
-@pytest.mark.xfail(strict=True, reason="known: a source kept by a GEMM declined for its arguments is not seen by another method (see above)")
-def test_known_failure_source_of_a_declined_gemm_folded_by_another_method() -> None:
+def test_campaign_finding_source_of_a_declined_gemm_folded_by_another_method() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_STORED_FOR_A_DECLINED_GEMM, vars(_grammar))  # noqa: S307 - our own repr

@@ -429,3 +429,62 @@ def test_a_later_method_storing_a_source_does_not_strand_kept_ops() -> None:
         (out,) = xnnfold.run_pte(buffer, inputs[name], name)
         torch.testing.assert_close(out, module(*inputs[name]), rtol=1e-5, atol=1e-5)
 
+
+
+class _DeclinedSlice(nn.Module):
+    """An addmm XNNPACK cannot compute (its bias is per row) on one half of a packed
+    source: it stays on portable, and the whole source with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(2 * 64 * 256))
+        self.row_bias = nn.Parameter(torch.randn(3, 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(self.row_bias, x, self.w[: 64 * 256].reshape(64, 256))
+
+
+class _FoldableSlice(nn.Module):
+    def __init__(self, packed: _DeclinedSlice) -> None:
+        super().__init__()
+        self.packed = packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.packed.w[64 * 256 :].reshape(64, 256)
+
+
+def _declined_slice_program(
+    partitioner: Any, order: tuple[str, ...]
+) -> tuple[bytes, Any, dict[str, nn.Module]]:
+    packed = _DeclinedSlice().eval()
+    modules: dict[str, nn.Module] = {"declined": packed, "foldable": _FoldableSlice(packed).eval()}
+    modules = {k: modules[k] for k in order}
+    programs = {k: torch.export.export(m, _inputs((3, 64))) for k, m in modules.items()}
+    edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
+    return edge.to_executorch().buffer, edge, modules
+
+
+@pytest.mark.parametrize("order", [("declined", "foldable"), ("foldable", "declined")])
+def test_a_source_a_declined_gemm_keeps_is_not_folded_by_another_method(
+    order: tuple[str, ...],
+) -> None:
+    """Found by the differential campaign (seed 3, program 115): the other method folded
+    its half of a source the declined addmm keeps, and the program stored that half
+    twice (64 KiB here). The mm is still delegated, its weight computed at run time,
+    which costs only the delegate's own bytes."""
+    buffer, edge, _ = _declined_slice_program(xnnfold.XnnpackFoldingPartitioner(), order)
+    stock, _, _ = _declined_slice_program(XnnpackPartitioner(), order)
+    assert len(buffer) <= len(stock) + 1024, (len(buffer), len(stock))
+    (mm,) = [r for r in xnnfold.explain(edge).rows if r.method == "foldable"]
+    assert mm.delegated and mm.folded == (), mm
+
+
+def test_methods_beside_a_declined_gemm_match_eager() -> None:
+    buffer, _, modules = _declined_slice_program(
+        xnnfold.XnnpackFoldingPartitioner(), ("declined", "foldable")
+    )
+    inputs = _inputs((3, 64))
+    for name, module in modules.items():
+        (out,) = xnnfold.run_pte(buffer, inputs, name)
+        torch.testing.assert_close(out, module(*inputs), rtol=1e-5, atol=1e-5)

@@ -201,10 +201,18 @@ _ATEN_DECONVOLUTIONS = frozenset(
 )
 
 
-# Keyed by node name, not Node: a Node refers to its graph and would keep the weak key alive.
-_PRESERVED: "weakref.WeakKeyDictionary[Graph, tuple[object, dict[str, torch._ops.OpOverload]]]" = (
-    weakref.WeakKeyDictionary()
-)
+@dataclass(frozen=True)
+class _AtenPlan:
+    """What the ATen program's GEMMs will do, by node name (a Node refers to its graph
+    and would keep the weak key below alive): the ops of foldable weight computations
+    that must be kept from decomposition, and the GEMMs that will not fold, whose
+    computed weights and biases therefore keep reading their sources."""
+
+    preserved: dict[str, torch._ops.OpOverload]
+    not_folding: frozenset[str]
+
+
+_PLANS: "weakref.WeakKeyDictionary[Graph, tuple[object, _AtenPlan]]" = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -254,29 +262,35 @@ class _ConstantFacts:
 _CONSTANT_FACTS = _ConstantFacts()
 
 
-def _preserved_nodes(
+def _aten_plan(
     ep: ExportedProgram,
     options: FoldOptions,
     *,
     force_non_static_weights: bool,
     written_buffers: frozenset[str] = frozenset(),
     stored_elsewhere: frozenset[str] = frozenset(),
-) -> dict[str, torch._ops.OpOverload]:
-    """Names of the nodes of foldable weight computations whose op the decompositions
-    would change (none of a computation that reads a buffer in ``written_buffers``).
-    With ``force_non_static_weights`` no bias folds (the stock configs take fp32 biases
-    at run time then) and no fully-connected weight either."""
+) -> _AtenPlan:
+    """The nodes of foldable weight computations whose op the decompositions would
+    change (none of a computation that reads a buffer in ``written_buffers``), and the
+    GEMMs the edge configs will not fold. With ``force_non_static_weights`` no bias
+    folds (the stock configs take fp32 biases at run time then) and no fully-connected
+    weight either."""
     graph = ep.graph
     key = (len(graph.nodes), options, force_non_static_weights, written_buffers, stored_elsewhere)
-    cached = _PRESERVED.get(graph)
+    cached = _PLANS.get(graph)
     if cached is not None and cached[0] == key:
         return cached[1]
     preserved: dict[str, torch._ops.OpOverload] = {}
+    not_folding: set[str] = set()
     for node in graph.nodes:
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
-        if positions is None or not _aten_gemm_delegable(
-            node, force_non_static_weights=force_non_static_weights
-        ):
+        if positions is None:
+            continue
+        if not _aten_gemm_delegable(node, force_non_static_weights=force_non_static_weights):
+            # Not a verdict on folding: a matmul of a 1-D activation is decomposed into an
+            # mm the edge configs may still fold. Only its ops are not kept.
+            if force_non_static_weights and node.target in _FULLY_CONNECTED:
+                not_folding.add(node.name)
             continue
         results: dict[int, Optional[WeightComputation]] = {}
         for index in positions:
@@ -305,21 +319,36 @@ def _preserved_nodes(
         # argument in its partition: a kept op outside a delegate has no kernel at all.
         # (With force_non_static_weights the stock configs take biases at run time.)
         checked = positions[:1] if force_non_static_weights else positions
-        if not all(constant_or_foldable(i) for i in checked):
-            continue
-        if _argument_problem(
+        declined = [i for i in checked if not constant_or_foldable(i)]
+        if declined or _argument_problem(
             node,
             force_non_static_weights=force_non_static_weights,
             constant_or_foldable=constant_or_foldable,
         ):
+            # The edge configs apply the same argument and computation rules: this GEMM
+            # will not fold, so a constant computation it reads keeps its sources
+            # (an argument computed from the activations reads no source).
+            if not declined or any(_constant_computation(ep, node, i) for i in declined):
+                not_folding.add(node.name)
             continue
+        if force_non_static_weights and any(
+            _constant_computation(ep, node, i) for i in positions[1:]
+        ):
+            # Its computed bias is taken at run time, and reads its sources there.
+            not_folding.add(node.name)
         for result in results.values():
             for member in result.nodes if result is not None else ():
                 op = op_overload(member.target)
                 if op is not None and _keepable(op):
                     preserved[member.name] = op
-    _PRESERVED[graph] = (key, preserved)
-    return preserved
+    plan = _AtenPlan(preserved, frozenset(not_folding))
+    _PLANS[graph] = (key, plan)
+    return plan
+
+
+def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
+    arg = gemm.args[index] if index < len(gemm.args) else None
+    return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
 
 
 def _mark_preserved(node: Node) -> None:
@@ -682,13 +711,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         preserved: dict[str, torch._ops.OpOverload] = {}
         if self.fold:
             self._note_constants(ep)
-            preserved = _preserved_nodes(
-                ep,
-                self.options,
-                force_non_static_weights=self._force_non_static_weights,
-                written_buffers=frozenset(self._written_buffers),
-                stored_elsewhere=self._stored_elsewhere,
-            )
+            preserved = self._aten_plan(ep).preserved
             ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
 
         def ours(node: Node) -> bool:
@@ -730,7 +753,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         _CONSTANT_FACTS.start_question()
         signature = ep.graph_signature
         mutated = set(signature.buffers_to_mutate.values())
-        stored = stored_constants(ep)
+        # With the facts of the methods asked so far: this method's GEMMs that will not
+        # fold keep their sources, so another method folding the same source saves nothing.
+        stored = stored_constants(ep, self._aten_plan(ep).not_folding)
         for fqn in [*signature.parameters, *signature.buffers]:
             tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
             if not isinstance(tensor, torch.Tensor):
@@ -740,6 +765,15 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             fact.written |= fqn in mutated
             fact.stored |= fqn in stored
         self._refresh_facts()
+
+    def _aten_plan(self, ep: ExportedProgram) -> _AtenPlan:
+        return _aten_plan(
+            ep,
+            self.options,
+            force_non_static_weights=self._force_non_static_weights,
+            written_buffers=frozenset(self._written_buffers),
+            stored_elsewhere=self._stored_elsewhere,
+        )
 
     def _refresh_facts(self) -> None:
         written: set[str] = set()

@@ -448,16 +448,21 @@ def is_constant_source(
     return not (fqn is not None and written_buffers and fqn in written_buffers)
 
 
-def stored_constants(ep: ExportedProgram) -> frozenset[str]:
+def stored_constants(
+    ep: ExportedProgram, non_folding: frozenset[str] = frozenset()
+) -> frozenset[str]:
     """FQNs of the constants ``ep`` stores whatever xnnfold folds.
 
     A constant is stored when something reads it other than a computation that only
     feeds GEMM weights and biases: an embedding lookup, an elementwise op on the
-    activations, or a GEMM that takes it directly as its weight. Another method that
-    folds a computation of such a constant frees none of its bytes.
+    activations, a GEMM that takes it directly as its weight, or the computed weight of
+    a GEMM in ``non_folding`` (one that will not fold: declined for its arguments, or
+    not delegable). Another method that folds a computation of such a constant frees
+    none of its bytes.
     """
     cmap = _constant_map(ep)
     fqns = cmap.fqns
+    weight_only = _weight_only(ep, non_folding)
     stored: set[str] = set()
     for node in ep.graph.nodes:
         if node.op != "placeholder" or node.name not in fqns:
@@ -465,7 +470,7 @@ def stored_constants(ep: ExportedProgram) -> frozenset[str]:
         if any(
             # A GEMM whose own result only feeds weights (the `A @ B` of a low-rank
             # weight) is part of a computation, not a reader of a stored weight.
-            not (user.op == "call_function" and cmap.weight_only.get(user.name, False))
+            not (user.op == "call_function" and weight_only.get(user.name, False))
             for user in _readers(node)
         ):
             stored.add(fqns[node.name])

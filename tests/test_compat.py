@@ -31,7 +31,7 @@ def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) 
         ("executorch", "1.4.0"),
         ("executorch", "1.4.1rc1"),
         ("executorch", "1.6.0a0"),
-        ("torch", "2.14.1"),
+        ("torch", "2.15.0"),
         ("torch", "2.13.0.dev20260101"),
     ],
 )
@@ -56,6 +56,25 @@ def test_an_untested_patch_release_in_the_range_is_accepted_with_a_warning(
 
 
 @pytest.mark.parametrize(
+    ("torch_found", "executorch_found", "warned"),
+    [("2.14.1", "1.4.1", True), ("2.14.1+cu130", "1.5.1", False), ("2.13.0+cpu", "1.4.1", False)],
+)
+def test_an_untested_combination_of_tested_releases_is_accepted_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    torch_found: str,
+    executorch_found: str,
+    warned: bool,
+) -> None:
+    found = {"torch": torch_found, "executorch": executorch_found}
+    monkeypatch.setattr(_compat, "version", lambda name: found[name])
+    with caplog.at_level("WARNING", logger=_compat.__name__):
+        check_releases()
+    message = f"torch {torch_found.split('+')[0]} with executorch {executorch_found} is a combination"
+    assert (message in caplog.text) is warned, caplog.text
+
+
+@pytest.mark.parametrize(
     "moved",
     [
         ("executorch.backends.xnnpack.xnnpack_preprocess", "XnnpackBackend.gone"),
@@ -73,7 +92,14 @@ def test_a_moved_upstream_name_is_refused_by_name(
 
 @pytest.mark.parametrize(
     ("found", "expected"),
-    [("2.13.0+cpu", True), ("2.13.1", True), ("2.14.0", False), ("2.14.0a0", False), ("1.5.1", False)],
+    [
+        ("2.13.0+cpu", True),
+        ("2.13.1", True),
+        ("2.14.1+cu130", True),
+        ("2.15.0", False),
+        ("2.15.0a0", False),
+        ("1.5.1", False),
+    ],
 )
 def test_torch_range(found: str, expected: bool) -> None:
     assert _compat._in_range(found, _compat.TORCH_RANGE) is expected

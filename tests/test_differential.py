@@ -709,3 +709,19 @@ def test_campaign_finding_shared_2d_kernel() -> None:
     program = eval(KNOWN_SHARED_2D_KERNEL, vars(_grammar))  # noqa: S307 - our own repr
     outcome = check_program(program, ("a", "b", "d"))
     assert not outcome.failures, outcome.failures
+
+
+# Found by the campaign (seed 5, program 151): layers.1's weight is a low-rank product
+# behind an identity permute (`.permute(0, 1)`); folding it would grow the program, so it
+# was delegated with the weight computed at run time, and XNNPACK's ConvertToLinearPass
+# read the permute as a transpose: a lowering error here, a silently wrong result for a
+# square weight (tests/test_permuted_weights.py). Such a GEMM now stays on portable.
+KNOWN_IDENTITY_PERMUTE: Final = "Program(seed=5000165000, scenario='addmm', sources=(Source(name='s0', shape=(9, 3), kind='const', dtype='float32', param='none'), Source(name='s1', shape=(9, 1), kind='param', dtype='float32', param='spectral_norm'), Source(name='s2', shape=(9, 4), kind='param', dtype='float32', param='none'), Source(name='s3', shape=(4, 3), kind='buffer', dtype='float32', param='none'), Source(name='s4', shape=(10, 2), kind='buffer', dtype='float32', param='none'), Source(name='s5', shape=(1, 10), kind='const', dtype='float32', param='none'), Source(name='s6', shape=(1, 10), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=3, spatial=(4,), batch=2, layers=(Gemm(kind='addmm', in_ch=3, out_ch=9, weight=Unary(op='sin', x=Reshape(x=Src(name='s0'), shape=(3, 9), view=False)), bias=Cast(x=Normalize(op='std', x=Permute(x=Src(name='s1'), dims=(1, 0)), dim=1, keepdim=False), dtype='bfloat16'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=0.0, bias_shape='1N', module=False), Gemm(kind='addmm', in_ch=9, out_ch=10, weight=LowRank(a=Narrow(how='narrow', x=LowRank(a=Src(name='s2'), b=Src(name='s3'), shape=(9, 3)), dim=1, start=0, length=2), b=Permute(x=Reshape(x=Src(name='s4'), shape=(2, 10), view=False), dims=(0, 1)), shape=(9, 10)), bias=ScalarOp(op='sub', x=Binary(op='add', x=Src(name='s5'), y=Src(name='s6')), value=-1.5), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False)), side=(), table=None, dynamic=False),))"
+
+
+def test_campaign_finding_identity_permute_of_a_run_time_weight() -> None:
+    from xnnfold.fixtures import _grammar
+
+    program = eval(KNOWN_IDENTITY_PERMUTE, vars(_grammar))  # noqa: S307 - our own repr
+    outcome = check_program(program)
+    assert not outcome.failures, outcome.failures

@@ -430,7 +430,6 @@ def test_a_later_method_storing_a_source_does_not_strand_kept_ops() -> None:
         torch.testing.assert_close(out, module(*inputs[name]), rtol=1e-5, atol=1e-5)
 
 
-
 class _DeclinedSlice(nn.Module):
     """An addmm XNNPACK cannot compute (its bias is per row) on one half of a packed
     source: it stays on portable, and the whole source with it."""
@@ -445,7 +444,17 @@ class _DeclinedSlice(nn.Module):
         return torch.addmm(self.row_bias, x, self.w[: 64 * 256].reshape(64, 256))
 
 
+class _ResidualSlice(_DeclinedSlice):
+    """An addmm whose bias is an activation (a residual), on one half of the source: its
+    weight is not folded either."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addmm(x.repeat(1, 4), x, self.w[: 64 * 256].reshape(64, 256))
+
+
 class _FoldableSlice(nn.Module):
+    """An mm on the other half: foldable, unless the first half's GEMM keeps the source."""
+
     def __init__(self, packed: _DeclinedSlice) -> None:
         super().__init__()
         self.packed = packed
@@ -455,9 +464,9 @@ class _FoldableSlice(nn.Module):
 
 
 def _declined_slice_program(
-    partitioner: Any, order: tuple[str, ...]
+    partitioner: Any, order: tuple[str, ...], declined: type[_DeclinedSlice] = _DeclinedSlice
 ) -> tuple[bytes, Any, dict[str, nn.Module]]:
-    packed = _DeclinedSlice().eval()
+    packed = declined().eval()
     modules: dict[str, nn.Module] = {"declined": packed, "foldable": _FoldableSlice(packed).eval()}
     modules = {k: modules[k] for k in order}
     programs = {k: torch.export.export(m, _inputs((3, 64))) for k, m in modules.items()}
@@ -465,26 +474,87 @@ def _declined_slice_program(
     return edge.to_executorch().buffer, edge, modules
 
 
+@pytest.mark.parametrize("declined", [_DeclinedSlice, _ResidualSlice], ids=["row_bias", "residual"])
 @pytest.mark.parametrize("order", [("declined", "foldable"), ("foldable", "declined")])
 def test_a_source_a_declined_gemm_keeps_is_not_folded_by_another_method(
-    order: tuple[str, ...],
+    order: tuple[str, ...], declined: type[_DeclinedSlice]
 ) -> None:
     """Found by the differential campaign (seed 3, program 115): the other method folded
     its half of a source the declined addmm keeps, and the program stored that half
     twice (64 KiB here). The mm is still delegated, its weight computed at run time,
     which costs only the delegate's own bytes."""
-    buffer, edge, _ = _declined_slice_program(xnnfold.XnnpackFoldingPartitioner(), order)
-    stock, _, _ = _declined_slice_program(XnnpackPartitioner(), order)
+    buffer, edge, _ = _declined_slice_program(xnnfold.XnnpackFoldingPartitioner(), order, declined)
+    stock, _, _ = _declined_slice_program(XnnpackPartitioner(), order, declined)
     assert len(buffer) <= len(stock) + 1024, (len(buffer), len(stock))
     (mm,) = [r for r in xnnfold.explain(edge).rows if r.method == "foldable"]
     assert mm.delegated and mm.folded == (), mm
 
 
-def test_methods_beside_a_declined_gemm_match_eager() -> None:
+@pytest.mark.parametrize("declined", [_DeclinedSlice, _ResidualSlice], ids=["row_bias", "residual"])
+def test_methods_beside_a_declined_gemm_match_eager(declined: type[_DeclinedSlice]) -> None:
     buffer, _, modules = _declined_slice_program(
-        xnnfold.XnnpackFoldingPartitioner(), ("declined", "foldable")
+        xnnfold.XnnpackFoldingPartitioner(), ("declined", "foldable"), declined
     )
     inputs = _inputs((3, 64))
     for name, module in modules.items():
         (out,) = xnnfold.run_pte(buffer, inputs, name)
         torch.testing.assert_close(out, module(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_one_partitioner_lowering_twice_keeps_no_facts_of_the_first() -> None:
+    """The same instance lowers the tied program, then `logits` alone: nothing stores the
+    table in the second lowering, so its transposed table folds."""
+    table = _Table().eval()
+    partitioner = xnnfold.XnnpackFoldingPartitioner()
+    modules = {"embed": _Lookup(table).eval(), "logits": _TiedLogits(table).eval()}
+    programs = {k: torch.export.export(m, _METHOD_INPUTS[k]) for k, m in modules.items()}
+    to_edge_transform_and_lower(programs, partitioner=[partitioner]).to_executorch()
+    ep = torch.export.export(modules["logits"], _METHOD_INPUTS["logits"])
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    (mm,) = [r for r in xnnfold.explain(edge).rows if r.op == "mm"]
+    assert mm.folded == ("weight",), mm
+
+
+class _RunTimeLinear(nn.Module):
+    """A linear on one half of a packed source; with
+    ``force_non_static_weights_for_f32_linear`` its weight is computed at run time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = nn.Parameter(torch.randn(2 * 64 * 256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w[: 64 * 256].reshape(256, 64) * 2.0)
+
+
+class _ConvOnOtherHalf(nn.Module):
+    def __init__(self, packed: _RunTimeLinear) -> None:
+        super().__init__()
+        self.packed = packed
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, self.packed.w[64 * 256 :].reshape(256, 64, 1) * 2.0)
+
+
+def _run_time_linear_program(partitioner: Any) -> tuple[bytes, Any, dict[str, nn.Module]]:
+    packed = _RunTimeLinear().eval()
+    modules: dict[str, nn.Module] = {"linear": packed, "conv": _ConvOnOtherHalf(packed).eval()}
+    inputs = {"linear": _inputs((3, 64)), "conv": _inputs((1, 64, 5))}
+    programs = {k: torch.export.export(m, inputs[k]) for k, m in modules.items()}
+    edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
+    return edge.to_executorch().buffer, edge, modules
+
+
+def test_a_source_a_run_time_weight_keeps_is_not_folded_by_another_method() -> None:
+    """With ``force_non_static_weights_for_f32_linear`` the linear computes its weight at
+    run time, so the packed source stays; folding the conv's half would store it twice."""
+    buffer, edge, _ = _run_time_linear_program(
+        xnnfold.XnnpackFoldingPartitioner(force_non_static_weights_for_f32_linear=True)
+    )
+    stock, _, _ = _run_time_linear_program(
+        XnnpackPartitioner(force_non_static_weights_for_f32_linear=True)
+    )
+    assert len(buffer) <= len(stock) + 2 * 1024, (len(buffer), len(stock))
+    (conv,) = [r for r in xnnfold.explain(edge).rows if r.method == "conv"]
+    assert conv.folded == (), conv

@@ -6,7 +6,10 @@ for ``beta`` or ``alpha`` and no broadcast bias. A transposed convolution become
 deconvolution whose adjustment (PyTorch's ``output_padding``) must be smaller than its
 stride, while PyTorch also allows one smaller than the dilation. A 1D convolution's
 kernel is reshaped in place by XNNPACK's Conv1dUnsqueezePass, so any other reader of
-the same constant in the delegate reads a tensor of the wrong rank. executorch's stock
+the same constant in the delegate reads a tensor of the wrong rank. And XNNPACK's
+ConvertToLinearPass turns ``mm(x, permute(W))`` into ``linear(x, W)`` for any permute,
+so a weight computed at run time as an identity permute (``W.permute(0, 1)``) becomes
+``x @ W.T``. executorch's stock
 configs accept all of these and the delegate then computes something else, or fails to
 load. These rules run on the ATen graph (which ops to keep undecomposed) and on the edge
 graph (what to delegate), so both always agree.
@@ -20,7 +23,7 @@ import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from xnnfold.passes._constants import CONVOLUTION_TARGETS, VAL_META_KEY
+from xnnfold.passes._constants import CONVOLUTION_TARGETS, EDGE_PERMUTE, VAL_META_KEY
 
 __all__ = [
     "ADDMM_BIAS",
@@ -28,6 +31,7 @@ __all__ = [
     "addmm_problem",
     "addmm_scales",
     "deconvolution_problem",
+    "permuted_weight_problem",
     "shared_kernel_problem",
 ]
 
@@ -118,6 +122,28 @@ def deconvolution_problem(
                 "output_padding < stride"
             )
     return None
+
+
+def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> Optional[str]:
+    """Why an edge mm or addmm whose weight is a permute that is not a transpose cannot
+    be delegated with that permute (``folded``: the weight is folded, so the delegate
+    sees a constant instead), or None.
+
+    The stock configs reach this only with force_non_static_weights_for_f32_linear; the
+    folding configs also when they delegate a GEMM whose computed weight stays computed
+    at run time (folding it would grow the program).
+    """
+    weight = node.args[weight_index] if weight_index < len(node.args) else None
+    if folded or not isinstance(weight, Node) or weight.target is not EDGE_PERMUTE:
+        return None
+    dims = [int(d) % 2 for d in weight.args[1]]
+    if dims == [1, 0]:
+        return None
+    return (
+        f"its weight '{weight.name}' is a permute with dims {list(weight.args[1])}, which is "
+        "not a transpose, and it is computed at run time: XNNPACK's ConvertToLinearPass "
+        "reads any permute before an mm as a transpose and would compute x @ W.T"
+    )
 
 
 def shared_kernel_problem(node: Node, weight_index: int) -> Optional[str]:

@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 __all__ = [
     "EXECUTORCH_RANGE",
     "TESTED",
+    "TESTED_COMBINATIONS",
     "TORCH_RANGE",
     "UPSTREAM_NAMES",
     "UnsupportedRelease",
@@ -34,11 +35,15 @@ __all__ = [
 # "Supported versions"), and inside them the releases the suite passed on: a later patch
 # release in the range is accepted with a WARNING.
 EXECUTORCH_RANGE: Final[tuple[str, str]] = ("1.4.1", "1.6")
-TORCH_RANGE: Final[tuple[str, str]] = ("2.13.0", "2.14")
+TORCH_RANGE: Final[tuple[str, str]] = ("2.13.0", "2.15")
 TESTED: Final[dict[str, frozenset[str]]] = {
     "executorch": frozenset({"1.4.1", "1.5.0", "1.5.1"}),
-    "torch": frozenset({"2.13.0"}),
+    "torch": frozenset({"2.13.0", "2.14.1"}),
 }
+# (torch, executorch) pairs the suite passed on: torch 2.14.1 ran with executorch 1.5.1 only.
+TESTED_COMBINATIONS: Final[frozenset[tuple[str, str]]] = frozenset(
+    {("2.13.0", "1.4.1"), ("2.13.0", "1.5.0"), ("2.13.0", "1.5.1"), ("2.14.1", "1.5.1")}
+)
 
 # (module, attribute path) of every upstream name the folding partitioner and the hook
 # override or read.
@@ -87,6 +92,7 @@ def check_releases() -> None:
     """Raise `UnsupportedRelease` unless executorch and torch are tested releases and
     every name in `UPSTREAM_NAMES` exists."""
     fix = _FIX.format(*EXECUTORCH_RANGE)
+    tested: dict[str, str] = {}
     for package, bounds in (("executorch", EXECUTORCH_RANGE), ("torch", TORCH_RANGE)):
         found = installed_version(package)
         if found is None:
@@ -104,6 +110,16 @@ def check_releases() -> None:
                 found,
                 ", ".join(sorted(TESTED[package])),
             )
+        else:
+            tested[package] = Version(found).base_version
+    pair = (tested.get("torch"), tested.get("executorch"))
+    if None not in pair and pair not in TESTED_COMBINATIONS:
+        logger.warning(
+            "xnnfold: torch %s with executorch %s is a combination the suite has not run on "
+            "(tested: %s)",
+            *pair,
+            ", ".join(f"torch {t} + executorch {e}" for t, e in sorted(TESTED_COMBINATIONS)),
+        )
     for module_name, path in UPSTREAM_NAMES:
         try:
             value: object = importlib.import_module(module_name)

@@ -37,6 +37,7 @@ from xnnfold.passes._arguments import (
     addmm_problem,
     addmm_scales,
     deconvolution_problem,
+    permuted_weight_problem,
     shared_kernel_problem,
 )
 from xnnfold.passes._options import FoldOptions
@@ -355,6 +356,15 @@ class FoldingLinearConfig(FoldingGEMMMixin, LinearConfig):
 
 
 class _SkipSourcePartitionMixin(FoldingGEMMMixin):
+    def _permuted_weight_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+        # With force_non_static_weights_for_f32_linear a foldable weight is not folded.
+        folded = (
+            self.fold
+            and not self.force_non_static_weights_for_f32_linear
+            and isinstance(self.computation(node, self.weight_idx, ep), WeightComputation)
+        )
+        return permuted_weight_problem(node, self.weight_idx, folded=folded)
+
     def get_deps(  # type: ignore[override]
         self, node: Node, ep: ExportedProgram
     ) -> tuple[bool, list[Node]]:
@@ -399,7 +409,7 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
             fold=self.fold,
             force_non_static_weights=self.force_non_static_weights_for_f32_linear,
             constant_or_foldable=constant_or_foldable,
-        )
+        ) or self._permuted_weight_problem(node, ep)
 
 
 
@@ -407,6 +417,9 @@ class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):
     """`MMConfig` that folds a computed right-hand matrix (`x @ W.t()`)."""
 
     dynamic_weights = True
+
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+        return self._permuted_weight_problem(node, ep)
 
 
 # Stock config -> its folding replacement (same target_name, so it replaces, never joins).

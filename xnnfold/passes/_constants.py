@@ -214,6 +214,10 @@ CONVOLUTION_TARGETS: Final[frozenset[object]] = frozenset(
     - {aten.linear.default}
 ) | {edge.convolution.default}
 
+# The edge permute: before an mm or addmm weight, XNNPACK's ConvertToLinearPass reads it
+# as a transpose whatever its dims (`_arguments.permuted_weight_problem`).
+EDGE_PERMUTE: Final = edge.permute_copy.default
+
 # Every GEMM the passes look at, ATen or edge, with its weight and bias positions (none for
 # a product of two activations). `explain` matches by name instead, for out variants.
 GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {

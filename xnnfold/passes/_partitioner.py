@@ -287,9 +287,11 @@ def _aten_plan(
         if positions is None:
             continue
         if not _aten_gemm_delegable(node, force_non_static_weights=force_non_static_weights):
-            # Not a verdict on folding: a matmul of a 1-D activation is decomposed into an
-            # mm the edge configs may still fold. Only its ops are not kept.
-            if force_non_static_weights and node.target in _FULLY_CONNECTED:
+            # Not in itself a verdict on folding (a matmul of a 1-D activation becomes an
+            # mm the edge configs may still fold): only its ops are not kept.
+            if _never_folds(node, force_non_static_weights=force_non_static_weights) and any(
+                _constant_computation(ep, node, i) for i in positions
+            ):
                 not_folding.add(node.name)
             continue
         results: dict[int, Optional[WeightComputation]] = {}
@@ -326,9 +328,8 @@ def _aten_plan(
             constant_or_foldable=constant_or_foldable,
         ):
             # The edge configs apply the same argument and computation rules: this GEMM
-            # will not fold, so a constant computation it reads keeps its sources
-            # (an argument computed from the activations reads no source).
-            if not declined or any(_constant_computation(ep, node, i) for i in declined):
+            # will not fold, so every constant computation it reads keeps its sources.
+            if any(_constant_computation(ep, node, i) for i in positions):
                 not_folding.add(node.name)
             continue
         if force_non_static_weights and any(
@@ -347,8 +348,28 @@ def _aten_plan(
 
 
 def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
+    """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
+    its sources at run time if the GEMM does not fold it."""
     arg = gemm.args[index] if index < len(gemm.args) else None
     return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
+
+
+def _never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
+    """The ATen GEMMs no edge config folds: fully-connected ones whose weights are taken
+    at run time, convolutions XNNPACK does not take (3D), and a matmul or linear on a
+    non-contiguous batched activation (decomposed to expand + bmm, whose operands are
+    not folded)."""
+    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+        return True
+    weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
+    if not isinstance(weight, Node) or not isinstance(weight.meta.get(VAL_META_KEY), torch.Tensor):
+        return False
+    if node.target in CONVOLUTION_TARGETS:
+        return weight.meta[VAL_META_KEY].dim() not in (3, 4)
+    if node.target in (torch.ops.aten.matmul.default, torch.ops.aten.linear.default):
+        act = node.args[0].meta.get(VAL_META_KEY) if isinstance(node.args[0], Node) else None
+        return isinstance(act, torch.Tensor) and act.dim() > 2 and not act.is_contiguous()
+    return False
 
 
 def _mark_preserved(node: Node) -> None:
@@ -647,15 +668,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             if not positions:
                 continue
             marks = node.meta.get(FOLD_META_KEY, {}) if node in members else {}
-            for index in positions:
-                arg = node.args[index] if index < len(node.args) else None
-                if (
-                    isinstance(arg, Node)
-                    and arg.op != "placeholder"
-                    and index not in marks
-                    and is_constant_node(ep, arg)
-                ):
-                    found.add(node.name)
+            if any(index not in marks and _constant_computation(ep, node, index) for index in positions):
+                found.add(node.name)
         return frozenset(found)
 
     def _match_once(self, ep: ExportedProgram) -> list[list[Node]]:
@@ -711,7 +725,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         preserved: dict[str, torch._ops.OpOverload] = {}
         if self.fold:
             self._note_constants(ep)
-            preserved = self._aten_plan(ep).preserved
+            preserved = self._plan(ep).preserved
             ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
 
         def ours(node: Node) -> bool:
@@ -753,20 +767,26 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         _CONSTANT_FACTS.start_question()
         signature = ep.graph_signature
         mutated = set(signature.buffers_to_mutate.values())
-        # With the facts of the methods asked so far: this method's GEMMs that will not
-        # fold keep their sources, so another method folding the same source saves nothing.
-        stored = stored_constants(ep, self._aten_plan(ep).not_folding)
+        facts: dict[str, _ConstantFact] = {}
         for fqn in [*signature.parameters, *signature.buffers]:
             tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
             if not isinstance(tensor, torch.Tensor):
                 continue
             self._constant_tensors[fqn] = weakref.ref(tensor)
-            fact = _CONSTANT_FACTS.record(tensor)
+            fact = facts[fqn] = _CONSTANT_FACTS.record(tensor)
             fact.written |= fqn in mutated
+        # The plan below must see this lowering's facts only (this method's writes, what
+        # the methods asked so far store), not what this instance kept from a previous
+        # lowering: its GEMMs that will not fold keep their sources, so another method
+        # folding one of those sources would save nothing.
+        self._refresh_facts()
+        stored = stored_constants(ep, self._plan(ep).not_folding)
+        for fqn, fact in facts.items():
             fact.stored |= fqn in stored
         self._refresh_facts()
 
-    def _aten_plan(self, ep: ExportedProgram) -> _AtenPlan:
+    def _plan(self, ep: ExportedProgram) -> _AtenPlan:
+        """`_aten_plan` with this partitioner's options and the facts known so far."""
         return _aten_plan(
             ep,
             self.options,

@@ -455,10 +455,10 @@ def stored_constants(
 
     A constant is stored when something reads it other than a computation that only
     feeds GEMM weights and biases: an embedding lookup, an elementwise op on the
-    activations, a GEMM that takes it directly as its weight, or the computed weight of
-    a GEMM in ``non_folding`` (one that will not fold: declined for its arguments, or
-    not delegable). Another method that folds a computation of such a constant frees
-    none of its bytes.
+    activations, a GEMM that takes it directly as its weight, or the computed weight or
+    bias of a GEMM in ``non_folding`` (one that will not fold: declined for its
+    arguments or its computation, or one no edge config folds). Another method that
+    folds a computation of such a constant frees none of its bytes.
     """
     cmap = _constant_map(ep)
     fqns = cmap.fqns

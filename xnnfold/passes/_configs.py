@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Optional, Union
 
+import torch
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
     ConvolutionConfig,
@@ -32,6 +33,7 @@ from xnnfold.passes._constants import (
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
+    VAL_META_KEY,
 )
 from xnnfold.passes._arguments import (
     addmm_problem,
@@ -225,10 +227,12 @@ class FoldingGEMMMixin:
                 and result.computed_from_constants
                 and not result.keep_stock
                 and arg_index == self.weight_idx
+                and _dtype(node.args[arg_index]) == torch.float32
             ):
                 # Not folded (that would store a second copy, or more), but XNNPACK's
                 # fully-connected op takes an fp32 weight computed at run time: the GEMM
-                # is delegated and its weight computation stays in the program.
+                # is delegated and its weight computation stays in the program. (Only
+                # fp32: a bf16 one is accepted here and then fails to load.)
                 return (True, [])
             return (False, [])
         if self.rejections is not None:
@@ -337,6 +341,11 @@ class FoldingGEMMMixin:
         if folded or scales:
             node.meta[FOLD_OPTIONS_META_KEY] = self.options
         return partition
+
+
+def _dtype(value: object) -> Optional[torch.dtype]:
+    val = value.meta.get(VAL_META_KEY) if isinstance(value, Node) else None
+    return val.dtype if isinstance(val, torch.Tensor) else None
 
 
 class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):

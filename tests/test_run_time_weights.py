@@ -1,14 +1,18 @@
-"""An mm or addmm weight that is a permute but not a transpose stays on portable when it is
-computed at run time.
+"""GEMMs the folding partitioner delegates with a weight computed at run time are right.
 
-XNNPACK's ConvertToLinearPass turns ``mm(x, permute(W))`` into ``linear(x, W)`` for any
-permute: an identity permute (``W.permute(0, 1)``) becomes ``x @ W.T``, a silently wrong
-square result and a shape error otherwise. The folding partitioner delegates GEMMs whose
-computed weight it does not fold (folding would grow the program) with the weight computed
-at run time, which the stock partitioner never does without
-``force_non_static_weights_for_f32_linear``; so before this rule a low-rank weight ``a @ b``
-behind an identity permute was delegated and wrong by 27. Each case runs the `.pte` through
-executorch.runtime against eager.
+When folding a computed weight would grow the program (a low-rank ``a @ b``), the folding
+configs still delegate the mm, addmm or linear, with the weight computed inside the
+delegate: a graph the stock partitioner never delegates without
+``force_non_static_weights_for_f32_linear``, so XNNPACK's passes were never tested on it.
+Two of them get it wrong, and those GEMMs stay on portable:
+
+- XNNPACK's ConvertToLinearPass turns ``mm(x, permute(W))`` into ``linear(x, W)`` for any
+  permute: an identity permute (``W.permute(0, 1)``) becomes ``x @ W.T``, a silently wrong
+  square result (off by 21 before this rule) and a shape error otherwise;
+- XNNPACK's fully-connected op takes a non-static weight only in fp32 (or fp16): a bf16
+  one (``enable_bf16``) lowered, then failed to load.
+
+Each case runs the `.pte` through executorch.runtime against eager.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from executorch.exir import to_edge_transform_and_lower
 from torch import nn
 
 import xnnfold
+from xnnfold.passes._compat import supports_bf16
 
 pytestmark = pytest.mark.runtime
 
@@ -123,3 +128,29 @@ def test_an_identity_permute_that_folds_is_still_delegated() -> None:
     assert _error(model, buffer) < 1e-4
     gemm = _outer_gemm(edge)
     assert gemm.delegated and gemm.folded == ("weight",), gemm
+
+
+@pytest.mark.skipif(not supports_bf16(), reason="this executorch has no bf16 delegation")
+def test_a_bf16_weight_computed_at_run_time_stays_on_portable() -> None:
+    """Found by reading XNNPACK's fully-connected definition (a non-static filter must be
+    fp32 or fp16): the program lowered and then failed to load."""
+
+    class LowRankBf16(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            generator = torch.Generator().manual_seed(6)
+            self.a = nn.Parameter(torch.randn(N, RANK, generator=generator).bfloat16())
+            self.b = nn.Parameter(torch.randn(RANK, N, generator=generator).bfloat16())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x @ (self.a @ self.b)
+
+    model = LowRankBf16().eval()
+    x = torch.randn(4, N, generator=torch.Generator().manual_seed(4)).bfloat16()
+    edge = to_edge_transform_and_lower(
+        torch.export.export(model, (x,)),
+        partitioner=[xnnfold.XnnpackFoldingPartitioner(enable_bf16=True)],
+    )
+    (out,) = xnnfold.run_pte(edge.to_executorch().buffer, (x,))
+    torch.testing.assert_close(out, model(x), rtol=0.0, atol=0.0)
+    assert not _outer_gemm(edge).delegated

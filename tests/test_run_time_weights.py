@@ -154,3 +154,27 @@ def test_a_bf16_weight_computed_at_run_time_stays_on_portable() -> None:
     (out,) = xnnfold.run_pte(edge.to_executorch().buffer, (x,))
     torch.testing.assert_close(out, model(x), rtol=0.0, atol=0.0)
     assert not _outer_gemm(edge).delegated
+
+
+@pytest.mark.parametrize("addmm", [False, True], ids=["mm", "addmm"])
+def test_a_non_square_weight_computed_at_run_time_matches_eager(addmm: bool) -> None:
+    """XNNPACK serializes a run-time mm/addmm weight as [in, out] with its
+    transpose-weights flag: a square weight would not show a layout mix-up."""
+
+    class Wide(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            generator = torch.Generator().manual_seed(8)
+            self.a = nn.Parameter(torch.randn(N, RANK, generator=generator))
+            self.b = nn.Parameter(torch.randn(RANK, 3 * N, generator=generator))
+            self.bias = nn.Parameter(torch.randn(3 * N, generator=generator))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            weight = self.a @ self.b
+            return torch.addmm(self.bias, x, weight) if addmm else x @ weight
+
+    model = Wide().eval()
+    edge, buffer = _lower(model, xnnfold.XnnpackFoldingPartitioner())
+    assert _error(model, buffer) < 1e-4
+    gemm = _outer_gemm(edge)
+    assert gemm.delegated and gemm.folded == (), gemm

@@ -147,6 +147,16 @@ def hand_fold(model: Any) -> Any:
     return model
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak RSS. VmHWM, not getrusage's ru_maxrss: Linux carries
+    ru_maxrss over exec, so a child would report its parent's peak (here, the parent
+    that just ran the previous model's programs)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def child(name: str, variant: str, out: Path) -> None:
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -157,8 +167,14 @@ def child(name: str, variant: str, out: Path) -> None:
     model, inputs = build(name)
     if variant == "xnnfold" and not (out / f"{name}.eager.pt").exists():
         with torch.no_grad():
-            torch.save({"inputs": inputs, "eager": model(*inputs)}, out / f"{name}.eager.pt")
-    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+            eager = model(*inputs)
+        # The program's first output, as a plain tensor (a transformers output class
+        # would not load with torch.load's weights_only default).
+        eager = getattr(eager, "last_hidden_state", eager)
+        if isinstance(eager, (tuple, list)):
+            eager = eager[0]
+        torch.save({"inputs": inputs, "eager": eager}, out / f"{name}.eager.pt")
+    rss_before = _peak_rss_mb()
     start = time.perf_counter()
     if variant == "xnnfold":
         ep = torch.export.export(xnnfold.prepare_for_xnnpack(model), inputs)
@@ -177,8 +193,8 @@ def child(name: str, variant: str, out: Path) -> None:
     result = {
         "seconds": seconds,
         "phases": {"export": exported - start, "lower": lowered - exported, "to_executorch": end - lowered},
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "rss_before_lowering_mb": rss_before / 1024,
+        "peak_rss_mb": _peak_rss_mb(),
+        "rss_before_lowering_mb": rss_before,
         "bytes": len(buffer),
         "delegates": summary.delegates,
         "outside": summary.outside_ops_text(),
@@ -197,7 +213,7 @@ def _latency(name: str, out: Path, runs: int) -> dict[str, dict[str, float]]:
 
     saved = torch.load(out / f"{name}.eager.pt")
     inputs, eager = list(saved["inputs"]), saved["eager"]
-    eager_out = eager[0] if isinstance(eager, (tuple, list)) else getattr(eager, "last_hidden_state", eager)
+    eager_out = eager
     programs = {v: (out / f"{name}.{v}.pte").read_bytes() for v in VARIANTS}
     loaded = {v: xnnfold.LoadedProgram(programs[v]) for v in VARIANTS}
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}

@@ -142,6 +142,11 @@ class FoldingGEMMMixin:
         result = self._find(node, arg_index, ep, stored_elsewhere=self.stored_elsewhere)
         if isinstance(result, Rejection) and (self.stored_elsewhere or self.non_folding - {node.name}):
             alone = self._find(node, arg_index, ep, sizes=False)
+            written = written_elsewhere(alone, ep, self.written_buffers)
+            if written is not None:
+                # The reason that decides: its sources may be recorded as stored only
+                # because this GEMM, reading a written buffer, will not fold them.
+                return written
             if isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
                 # Declined only to keep the program small: a method lowered after this
                 # one's decompositions stores a source too, or a GEMM that takes its

@@ -328,8 +328,10 @@ def _aten_plan(
             constant_or_foldable=constant_or_foldable,
         ):
             # The edge configs apply the same argument and computation rules: this GEMM
-            # will not fold, so every constant computation it reads keeps its sources.
-            if any(_constant_computation(ep, node, i) for i in positions):
+            # will not fold its declined arguments, so their constant computations keep
+            # their sources. (Not its other arguments: a quantized GEMM's weight is
+            # declined here, a dequantize, and the edge configs still fold its bias.)
+            if not declined or any(_constant_computation(ep, node, i) for i in declined):
                 not_folding.add(node.name)
             continue
         if force_non_static_weights and any(
@@ -356,9 +358,9 @@ def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
 
 def _never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
     """The ATen GEMMs no edge config folds: fully-connected ones whose weights are taken
-    at run time, convolutions XNNPACK does not take (3D), and a matmul or linear on a
+    at run time, convolutions XNNPACK does not take (3D), and a matmul on a
     non-contiguous batched activation (decomposed to expand + bmm, whose operands are
-    not folded)."""
+    not folded; a linear there still folds)."""
     if force_non_static_weights and node.target in _FULLY_CONNECTED:
         return True
     weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
@@ -366,7 +368,7 @@ def _never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
         return False
     if node.target in CONVOLUTION_TARGETS:
         return weight.meta[VAL_META_KEY].dim() not in (3, 4)
-    if node.target in (torch.ops.aten.matmul.default, torch.ops.aten.linear.default):
+    if node.target is torch.ops.aten.matmul.default:
         act = node.args[0].meta.get(VAL_META_KEY) if isinstance(node.args[0], Node) else None
         return isinstance(act, torch.Tensor) and act.dim() > 2 and not act.is_contiguous()
     return False

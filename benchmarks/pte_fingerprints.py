@@ -1,0 +1,144 @@
+"""Fingerprints of every `.pte` the fixtures produce, to prove a refactor changed no program.
+
+A change meant to keep behaviour (a module moved, a helper merged) must leave every
+lowered program byte-identical. This script lowers each fixture (the registry, the
+norm x layer grid, the patterns, the architectures) three ways and records the SHA-256
+and size of each `.pte`:
+
+- ``xnnfold``: ``prepare_for_xnnpack`` + `XnnpackFoldingPartitioner`;
+- ``stock``: the same model with executorch's `XnnpackPartitioner`, after a folding
+  lowering installed the preprocess hook (a program xnnfold did not mark must not change);
+- ``hand``: the hand-folded twin with the stock partitioner.
+
+    python benchmarks/pte_fingerprints.py --write benchmarks/pte_fingerprints.json
+    python benchmarks/pte_fingerprints.py --check benchmarks/pte_fingerprints.json
+
+``--check`` exits 1 and lists every program whose bytes differ (or that no longer
+lowers). Fingerprints hold for one torch and executorch release: the file records
+which, and ``--check`` refuses a file made with others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+VARIANTS = ("xnnfold", "stock", "hand")
+
+
+def _fixtures() -> dict[str, Any]:
+    from xnnfold.fixtures import FIXTURES, LAYERS, NORMS, layer_fixture
+
+    found: dict[str, Any] = dict(FIXTURES)
+    for norm in NORMS:
+        for layer in LAYERS:
+            if norm == "weight_norm_dim2" and layer == "linear":
+                continue  # not a model: weight_norm(dim=2) needs a weight of rank 3
+            fixture = layer_fixture(norm, layer)
+            found[fixture.name] = fixture
+    return found
+
+
+def _lower(fixture: Any, variant: str) -> bytes:
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    import xnnfold
+
+    model = fixture.hand_folded() if variant == "hand" else fixture.model()
+    if variant == "xnnfold":
+        model = xnnfold.prepare_for_xnnpack(model)
+    dynamic = fixture.dynamic_shapes() if fixture.dynamic_shapes is not None else None
+    ep = torch.export.export(model, fixture.inputs(), dynamic_shapes=dynamic)
+    partitioner: Any = (
+        xnnfold.XnnpackFoldingPartitioner() if variant == "xnnfold" else XnnpackPartitioner()
+    )
+    return bytes(to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer)
+
+
+def fingerprints(names: list[str] | None, progress: Callable[[str], None]) -> dict[str, Any]:
+    fixtures = _fixtures()
+    programs: dict[str, dict[str, Any]] = {}
+    for name in names or sorted(fixtures):
+        for variant in VARIANTS:
+            key = f"{name}/{variant}"
+            progress(key)
+            try:
+                buffer = _lower(fixtures[name], variant)
+            except Exception as error:  # recorded, so a refactor that fixes or breaks it shows
+                programs[key] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
+                continue
+            programs[key] = {"sha256": hashlib.sha256(buffer).hexdigest(), "bytes": len(buffer)}
+    return {
+        "releases": {p: metadata.version(p) for p in ("torch", "executorch")},
+        "programs": programs,
+    }
+
+
+def compare(expected: dict[str, Any], found: dict[str, Any]) -> list[str]:
+    """One line per program that differs between two fingerprint sets."""
+    lines = []
+    for key in sorted(set(expected["programs"]) | set(found["programs"])):
+        before, after = expected["programs"].get(key), found["programs"].get(key)
+        if before != after:
+            lines.append(f"{key}: {before} -> {after}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", type=Path, help="record the fingerprints in this file")
+    mode.add_argument("--check", type=Path, help="compare with the fingerprints in this file")
+    parser.add_argument("--only", nargs="+", help="these fixtures only (names as recorded)")
+    args = parser.parse_args(argv)
+
+    def progress(key: str) -> None:
+        print(f"lowering {key}", file=sys.stderr, flush=True)
+
+    if args.check:
+        expected = json.loads(args.check.read_text())
+        releases = {p: metadata.version(p) for p in ("torch", "executorch")}
+        if expected["releases"] != releases:
+            print(
+                f"{args.check} was recorded with {expected['releases']}, this is {releases}: "
+                "record a baseline with these releases first (--write, on the code before the change)",
+                file=sys.stderr,
+            )
+            return 2
+        names = args.only or sorted({k.rsplit("/", 1)[0] for k in expected["programs"]})
+        found = fingerprints(names, progress)
+        if args.only:
+            expected = {
+                **expected,
+                "programs": {
+                    k: v for k, v in expected["programs"].items() if k.rsplit("/", 1)[0] in names
+                },
+            }
+        differences = compare(expected, found)
+        for line in differences:
+            print(line)
+        print(
+            f"{len(found['programs'])} programs, {len(differences)} differ",
+            file=sys.stderr,
+        )
+        return 1 if differences else 0
+    result = fingerprints(args.only, progress)
+    args.write.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    errors = [k for k, v in result["programs"].items() if "error" in v]
+    print(
+        f"{len(result['programs'])} programs recorded in {args.write}"
+        + (f"; {len(errors)} do not lower: {', '.join(errors)}" if errors else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -23,7 +23,12 @@ import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from xnnfold.passes._constants import CONVOLUTION_TARGETS, EDGE_PERMUTE, VAL_META_KEY
+from xnnfold.passes._constants import (
+    CONVOLUTION_TARGETS,
+    EDGE_PERMUTE,
+    EDGE_TRANSPOSES,
+    VAL_META_KEY,
+)
 
 __all__ = [
     "ADDMM_BIAS",
@@ -31,6 +36,7 @@ __all__ = [
     "addmm_problem",
     "addmm_scales",
     "deconvolution_problem",
+    "is_matrix_transpose",
     "permuted_weight_problem",
     "shared_kernel_problem",
 ]
@@ -124,6 +130,17 @@ def deconvolution_problem(
     return None
 
 
+def is_matrix_transpose(node: Node) -> bool:
+    """Whether edge ``node`` transposes a matrix: a ``t_copy``, or a ``permute_copy`` of a
+    2-D value with dims (1, 0) in any spelling."""
+    if node.op != "call_function" or node.target not in EDGE_TRANSPOSES:
+        return False
+    val = node.meta.get(VAL_META_KEY)
+    if not isinstance(val, torch.Tensor) or val.dim() != 2:
+        return False
+    return node.target is not EDGE_PERMUTE or [int(d) % 2 for d in node.args[1]] == [1, 0]
+
+
 def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> Optional[str]:
     """Why an edge mm or addmm whose weight is a permute that is not a transpose cannot
     be delegated with that permute (``folded``: the weight is folded, so the delegate
@@ -134,10 +151,12 @@ def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> O
     at run time (folding it would grow the program).
     """
     weight = node.args[weight_index] if weight_index < len(node.args) else None
-    if folded or not isinstance(weight, Node) or weight.target is not EDGE_PERMUTE:
-        return None
-    dims = [int(d) % 2 for d in weight.args[1]]
-    if dims == [1, 0]:
+    if (
+        folded
+        or not isinstance(weight, Node)
+        or weight.target is not EDGE_PERMUTE
+        or is_matrix_transpose(weight)
+    ):
         return None
     return (
         f"its weight '{weight.name}' is a permute with dims {list(weight.args[1])}, which is "
@@ -180,4 +199,3 @@ def shared_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
         f"the convolution's kernel '{weight.name}' is also read by '{others[0]}', which "
         "is not a convolution; XNNPACK computes such a convolution wrongly"
     )
-

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Optional, Union
 
-import torch
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
     ConvolutionConfig,
@@ -33,7 +32,6 @@ from xnnfold.passes._constants import (
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
-    VAL_META_KEY,
 )
 from xnnfold.passes._arguments import (
     addmm_problem,
@@ -46,6 +44,7 @@ from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._predicates import (
     find_weight_computation,
     is_constant_source,
+    is_float32,
     is_preserved,
     Rejection,
     WeightComputation,
@@ -232,7 +231,7 @@ class FoldingGEMMMixin:
                 and result.computed_from_constants
                 and not result.keep_stock
                 and arg_index == self.weight_idx
-                and _dtype(node.args[arg_index]) == torch.float32
+                and is_float32(node.args[arg_index])
             ):
                 # Not folded (that would store a second copy, or more), but XNNPACK's
                 # fully-connected op takes an fp32 weight computed at run time: the GEMM
@@ -346,11 +345,6 @@ class FoldingGEMMMixin:
         if folded or scales:
             node.meta[FOLD_OPTIONS_META_KEY] = self.options
         return partition
-
-
-def _dtype(value: object) -> Optional[torch.dtype]:
-    val = value.meta.get(VAL_META_KEY) if isinstance(value, Node) else None
-    return val.dtype if isinstance(val, torch.Tensor) else None
 
 
 class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):

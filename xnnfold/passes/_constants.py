@@ -217,6 +217,7 @@ CONVOLUTION_TARGETS: Final[frozenset[object]] = frozenset(
 # The edge permute: before an mm or addmm weight, XNNPACK's ConvertToLinearPass reads it
 # as a transpose whatever its dims (`_arguments.permuted_weight_problem`).
 EDGE_PERMUTE: Final = edge.permute_copy.default
+EDGE_TRANSPOSES: Final = frozenset({EDGE_PERMUTE, edge.t_copy.default})
 
 # Every GEMM the passes look at, ATen or edge, with its weight and bias positions (none for
 # a product of two activations). `explain` matches by name instead, for out variants.

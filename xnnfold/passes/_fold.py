@@ -27,6 +27,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
+from xnnfold.passes._arguments import is_matrix_transpose
 from xnnfold.passes._constants import (
     EDGE_GEMM_ARGS,
     FOLD_META_KEY,
@@ -48,8 +49,6 @@ __all__ = ["FoldComputedWeightsPass", "has_fold_marks"]
 
 _CONVOLUTION = exir_ops.edge.aten.convolution.default
 _MATMULS = frozenset({exir_ops.edge.aten.addmm.default, exir_ops.edge.aten.mm.default})
-_PERMUTE = exir_ops.edge.aten.permute_copy.default
-_TRANSPOSES = frozenset({_PERMUTE, exir_ops.edge.aten.t_copy.default})
 # addmm's scales, which `_apply_scales` multiplies into its constants.
 _SCALE_KWARGS = frozenset({"beta", "alpha"})
 
@@ -180,15 +179,6 @@ def _taken_names(ep: ExportedProgram) -> set[str]:
     return {node.name for node in ep.graph.nodes} | set(ep.state_dict) | set(ep.constants)
 
 
-def _is_matrix_transpose(node: Node) -> bool:
-    if node.op != "call_function" or node.target not in _TRANSPOSES:
-        return False
-    val = node.meta.get(VAL_META_KEY)
-    if not isinstance(val, torch.Tensor) or val.dim() != 2:
-        return False
-    return node.target is not _PERMUTE or list(node.args[1]) in ([1, 0], [-1, -2], [1, -2], [-1, 0])
-
-
 def _without_final_transpose(computation: WeightComputation) -> Optional[WeightComputation]:
     """An addmm/mm weight ``f(...).t()`` is folded as ``f(...)`` with the transpose kept.
 
@@ -198,7 +188,7 @@ def _without_final_transpose(computation: WeightComputation) -> Optional[WeightC
     shape. None when the transpose's input is itself a stored tensor (nothing to fold).
     """
     root = computation.root
-    if computation.gemm.target not in _MATMULS or not _is_matrix_transpose(root):
+    if computation.gemm.target not in _MATMULS or not is_matrix_transpose(root):
         return computation
     inner = root.args[0]
     if not isinstance(inner, Node) or inner.op != "call_function":
@@ -322,7 +312,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         dead: list[Node] = []
         for index, factor in scales.items():
             arg = gemm.args[index]
-            transpose = arg if isinstance(arg, Node) and _is_matrix_transpose(arg) else None
+            transpose = arg if isinstance(arg, Node) and is_matrix_transpose(arg) else None
             stored = transpose.args[0] if transpose is not None else arg
             if not isinstance(stored, Node) or stored.op != "placeholder":
                 raise RuntimeError(

@@ -75,6 +75,7 @@ from xnnfold.passes._predicates import (
     find_weight_computation,
     is_constant_node,
     is_constant_source,
+    is_float32,
     is_gemm,
     op_overload,
     Rejection,
@@ -118,11 +119,6 @@ _FULLY_CONNECTED = frozenset(
 )
 
 
-def _float32(node: object) -> bool:
-    val = node.meta.get(VAL_META_KEY) if isinstance(node, Node) else None
-    return isinstance(val, torch.Tensor) and val.dtype == torch.float32
-
-
 def _aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
     """The ATen-level part of the XNNPACK GEMM checks that a computed weight can't pass.
 
@@ -134,11 +130,11 @@ def _aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
     if force_non_static_weights and node.target in _FULLY_CONNECTED:
         return False
     weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
-    if not isinstance(weight, Node) or not _float32(weight):
+    if not isinstance(weight, Node) or not is_float32(weight):
         return False
     rank = weight.meta[VAL_META_KEY].dim()
     activation = node.args[1] if node.target is torch.ops.aten.addmm.default else node.args[0]
-    if not _float32(activation):
+    if not is_float32(activation):
         return False
     if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
         return rank == 2
@@ -670,7 +666,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             if not positions:
                 continue
             marks = node.meta.get(FOLD_META_KEY, {}) if node in members else {}
-            if any(index not in marks and _constant_computation(ep, node, index) for index in positions):
+            if any(
+                index not in marks and _constant_computation(ep, node, index)
+                for index in positions
+            ):
                 found.add(node.name)
         return frozenset(found)
 

@@ -50,6 +50,7 @@ __all__ = [
     "is_gemm",
     "is_constant_node",
     "is_constant_source",
+    "is_float32",
     "is_preserved",
     "op_overload",
     "site_of",
@@ -446,6 +447,12 @@ def is_constant_source(
         return False
     fqn = ep.graph_signature.inputs_to_buffers.get(node.name)
     return not (fqn is not None and written_buffers and fqn in written_buffers)
+
+
+def is_float32(value: object) -> bool:
+    """Whether ``value`` is a node whose value is an fp32 tensor."""
+    val = value.meta.get(VAL_META_KEY) if isinstance(value, Node) else None
+    return isinstance(val, torch.Tensor) and val.dtype == torch.float32
 
 
 def stored_constants(

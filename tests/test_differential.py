@@ -727,17 +727,16 @@ def test_campaign_finding_identity_permute_of_a_run_time_weight() -> None:
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 7, program 143), not fixed yet: `other` keeps the packed
-# source `s0` on portable (an addmm with a scalar bias reads a slice of it), so `forward`'s
-# mm declines to fold its slice and takes the weight at run time; but XNNPACK's
-# partitioner then merges the slice_copy of `s0` into the mm's delegate, which stores
-# the whole source again (4 KiB) beside the program's copy: +3,044 bytes over stock,
-# beyond the 2 KiB overhead allowance (oracle c). Correct outputs; too large.
+# Found by the campaign (seed 7, program 143): `other` keeps the packed source `s0` on
+# portable (an addmm with a scalar bias reads a slice of it), so `forward`'s mm declined to
+# fold its slice and took the weight at run time; but `forward`'s addmm must fold its own
+# slice of `s0`, so its partition holds `s0`, and executorch gave the mm's delegate (where
+# the stock configs had pulled the slice_copy) a copy of the whole source: +3,044 bytes
+# over stock (oracle c). Such a GEMM now folds (29,972 bytes; stock 32,560).
 KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE: Final = "Program(seed=7000163000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(3,), kind='param', dtype='float32', param='none'), Source(name='s4', shape=(5,), kind='param', dtype='float32', param='none'), Source(name='s8', shape=(14,), kind='param', dtype='float32', param='none'), Source(name='s10', shape=(), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=16, spatial=(2, 2), batch=1, layers=(Gemm(kind='matmul', in_ch=16, out_ch=3, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=48), shape=(16, 3), view=False), value=2.0), bias=Normalize(op='min', x=Chain(x=Src(name='s2'), steps=37), dim=None, keepdim=True), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=3, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='addmm', in_ch=3, out_ch=5, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=15), shape=(3, 5), view=False), value=2.0), bias=Normalize(op='var', x=Flip(x=Src(name='s4'), dims=(0,)), dim=0, keepdim=True), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=False), Method(name='other', kind='chain', in_ch=16, spatial=(4, 5), batch=2, layers=(Gemm(kind='addmm', in_ch=16, out_ch=14, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=15, length=224), shape=(16, 14), view=False), value=0.5), bias=Reshape(x=Src(name='s8'), shape=(14,), view=False), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=0.5, bias_shape='N', module=False), Gemm(kind='addmm', in_ch=14, out_ch=16, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=239, length=224), shape=(14, 16), view=False), bias=Src(name='s10'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=-1.5, beta=2.0, bias_shape='scalar', module=False)), side=(), table=None, dynamic=False)))"
 
 
-@pytest.mark.xfail(strict=True, reason="known: a run-time weight's delegate stores a source another method keeps (see above)")
-def test_known_failure_run_time_weight_stores_a_source_kept_elsewhere() -> None:
+def test_campaign_finding_run_time_weight_copies_a_source_held_elsewhere() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE, vars(_grammar))  # noqa: S307 - our own repr

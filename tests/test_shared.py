@@ -572,3 +572,72 @@ def test_a_source_a_run_time_weight_keeps_is_not_folded_by_another_method() -> N
     assert len(buffer) <= len(stock) + 2 * 1024, (len(buffer), len(stock))
     (conv,) = [r for r in xnnfold.explain(edge).rows if r.method == "conv"]
     assert conv.folded == (), conv
+
+
+class _HeldSource(nn.Module):
+    """One method of a packed source: a linear that must fold its slice (through
+    `_weight_norm`, kept undecomposed), so its partition holds the whole source, and an
+    mm on another slice that alone would take its weight at run time."""
+
+    def __init__(self, packed: _DeclinedSlice) -> None:
+        super().__init__()
+        self.packed = packed
+        self.g = nn.Parameter(torch.rand(16, 1) + 0.5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.packed.w
+        held = F.linear(x, torch._weight_norm(w[: 64 * 16].reshape(16, 64), self.g, 0))
+        return held + x @ (w[64 * 16 : 2 * 64 * 16].reshape(64, 16) * 2.0)
+
+
+def _held_source_program(partitioner: Any) -> tuple[bytes, Any, dict[str, nn.Module]]:
+    packed = _DeclinedSlice().eval()
+    # `held` first: its plan keeps `_weight_norm` before `declined` shows it stores the source.
+    modules: dict[str, nn.Module] = {"held": _HeldSource(packed).eval(), "declined": packed}
+    programs = {k: torch.export.export(m, _inputs((3, 64))) for k, m in modules.items()}
+    edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
+    return edge.to_executorch().buffer, edge, modules
+
+
+def test_a_gemm_whose_sources_another_partition_holds_folds() -> None:
+    """Found by the differential campaign (seed 7, program 143): `declined` stores the
+    source, so the mm alone would take its weight at run time; but the addmm's partition
+    holds the source, and executorch would give the mm's delegate a copy of all of it
+    (128 KiB here). The mm folds instead: the program holds the two folded slices
+    (4 KiB each) beyond stock."""
+    buffer, edge, _ = _held_source_program(xnnfold.XnnpackFoldingPartitioner())
+    stock, _, _ = _held_source_program(XnnpackPartitioner())
+    folded_slices = 2 * 64 * 16 * 4
+    assert len(buffer) <= len(stock) + folded_slices + 2048, (len(buffer), len(stock))
+    (mm,) = [r for r in xnnfold.explain(edge).rows if r.method == "held" and r.op == "mm"]
+    assert mm.delegated and mm.folded == ("weight",), mm
+
+
+def test_a_gemm_whose_sources_another_partition_holds_matches_eager() -> None:
+    buffer, _, modules = _held_source_program(xnnfold.XnnpackFoldingPartitioner())
+    inputs = _inputs((3, 64))
+    for name, module in modules.items():
+        (out,) = xnnfold.run_pte(buffer, inputs, name)
+        torch.testing.assert_close(out, module(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_marked_fold_beside_a_run_time_weight_in_its_delegate_lowers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the step above (as for an mm whose folded weight would outgrow the
+    copies), the mm takes its weight at run time inside the linear's delegate, where it
+    reads the source unfolded. The fold pass used to decline the linear's marked fold
+    there ("also used by ..., which is not a GEMM weight") and fail the lowering; the
+    fold is correct, and the source stays for the mm."""
+    from xnnfold.passes._partitioner import XnnpackFoldingPartitioner
+
+    monkeypatch.setattr(
+        XnnpackFoldingPartitioner, "_copied_sources_gemms", lambda self, ep, groups: frozenset()
+    )
+    buffer, edge, modules = _held_source_program(xnnfold.XnnpackFoldingPartitioner())
+    rows = {r.op: r for r in xnnfold.explain(edge).rows if r.method == "held"}
+    assert rows["linear"].folded == ("weight",) and rows["mm"].folded == (), rows
+    inputs = _inputs((3, 64))
+    for name, module in modules.items():
+        (out,) = xnnfold.run_pte(buffer, inputs, name)
+        torch.testing.assert_close(out, module(*inputs), rtol=1e-5, atol=1e-5)

@@ -120,6 +120,11 @@ class FoldingGEMMMixin:
     # argument, or declined: they keep what they read (see the partitioner's
     # get_matched_nodes_from_configs).
     non_folding: frozenset[str] = frozenset()
+    # GEMMs (by name) declined only to keep the program small whose sources another
+    # partition already holds, while a delegate reads them unfolded: that delegate gets
+    # its own copy of each source, so folding stores less (the partitioner's
+    # get_matched_nodes_from_configs finds them).
+    fold_anyway: frozenset[str] = frozenset()
     # {GEMM name: why} for GEMMs declined because XNNPACK cannot compute one of their
     # arguments (addmm's beta, a broadcast bias), whatever the weight.
     argument_problems: Optional[dict[str, str]] = None
@@ -128,7 +133,7 @@ class FoldingGEMMMixin:
     weight_idx: int
     bias_idx: Optional[int]
 
-    def _arg_positions(self) -> tuple[int, ...]:
+    def arg_positions(self) -> tuple[int, ...]:
         return (self.weight_idx,) if self.bias_idx is None else (
             self.weight_idx,
             self.bias_idx,
@@ -146,7 +151,9 @@ class FoldingGEMMMixin:
                 # The reason that decides: its sources may be recorded as stored only
                 # because this GEMM, reading a written buffer, will not fold them.
                 return written
-            if isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
+            if isinstance(alone, WeightComputation) and node.name in self.fold_anyway:
+                result = alone
+            elif isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
                 # Declined only to keep the program small: a method lowered after this
                 # one's decompositions stores a source too, or a GEMM that takes its
                 # weight at run time (or stays on portable) reads it. This GEMM's
@@ -188,16 +195,28 @@ class FoldingGEMMMixin:
             node,
             arg_index,
             ep,
-            arg_positions=self._arg_positions(),
+            arg_positions=self.arg_positions(),
             options=self.options,
             stored_elsewhere=stored_elsewhere,
             non_folding=self.non_folding - {node.name} if sizes else frozenset(),
         )
 
+    def declined_for_size(
+        self, node: Node, arg_index: int, ep: ExportedProgram
+    ) -> Optional[WeightComputation]:
+        """The computation of argument ``arg_index`` when only the rules that keep the
+        program small decline it (a fold would be correct), else None."""
+        if not self.fold or not isinstance(self.computation(node, arg_index, ep), Rejection):
+            return None
+        alone = self._find(node, arg_index, ep, sizes=False)
+        if not isinstance(alone, WeightComputation):
+            return None
+        return None if written_elsewhere(alone, ep, self.written_buffers) else alone
+
     def _keeps_ops(self, node: Node, ep: ExportedProgram) -> bool:
         """True when a computation of one of this GEMM's arguments holds an op the
         partitioner kept undecomposed (decided before other methods were seen)."""
-        for index in self._arg_positions():
+        for index in self.arg_positions():
             result = self._find(node, index, ep, sizes=False)
             if isinstance(result, WeightComputation) and any(
                 is_preserved(n) for n in result.nodes
@@ -322,7 +341,7 @@ class FoldingGEMMMixin:
             return {}
         members = set(partition)
         folded: dict[int, Optional[str]] = {}
-        for index in self._arg_positions():
+        for index in self.arg_positions():
             result = self.computation(node, index, ep)
             if isinstance(result, WeightComputation) and result.root in members:
                 folded[index] = result.site
@@ -382,7 +401,7 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
         # argument is checked on its own arguments.
         if self.fold and any(
             isinstance(self.computation(node, i, ep), WeightComputation)
-            for i in self._arg_positions()
+            for i in self.arg_positions()
         ):
             return GEMMConfig.get_deps(self, node, ep)  # type: ignore[arg-type]
         return super().get_deps(node, ep)  # type: ignore[misc]

@@ -246,7 +246,23 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     arg_positions=positions,
                     options=node.meta.get(FOLD_OPTIONS_META_KEY, self.options),
                 )
-                if isinstance(result, Rejection) and node.meta.get(FOLD_OPTIONS_META_KEY):
+                options = node.meta.get(FOLD_OPTIONS_META_KEY)
+                if (
+                    isinstance(result, Rejection)
+                    and options is not None
+                    and result.computed_from_constants
+                    and not result.keep_stock
+                ):
+                    # The sharing rules only keep the program small, and the partitioner
+                    # applied them to the whole method (and may fold regardless, when the
+                    # computation holds ops with no portable kernel). Here a reader it
+                    # counted can look different: a weight computed at run time in this
+                    # delegate reads a lifted scalar as a delegate input. Folding is
+                    # still correct; what the other readers read stays.
+                    result = find_weight_computation(
+                        node, index, ep, arg_positions=positions, options=options, sharing=False
+                    )
+                if isinstance(result, Rejection) and options is not None:
                     # The partitioner accepted this computation into the delegate; left
                     # unfolded, its ops would reach the XNNPACK serializer as if they
                     # were part of the model. Never emit that.

@@ -345,6 +345,11 @@ def _aten_plan(
     return plan
 
 
+def _nbytes(node: Node) -> int:
+    val = node.meta.get(VAL_META_KEY)
+    return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
+
+
 def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
     """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
     its sources at run time if the GEMM does not fold it."""
@@ -642,18 +647,68 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         too. When that GEMM is then declined (an argument XNNPACK cannot compute, a
         stock rule) or takes its weight at run time, its computation keeps the shared
         source alive; the GEMMs that were accepted on that assumption are matched
-        again with those GEMMs named as readers that keep what they read. The set only
-        grows, so this ends; without shared sources it is one pass.
+        again with those GEMMs named as readers that keep what they read.
+
+        A GEMM declined only to keep the program small can still cost bytes: when
+        another partition holds its sources (a GEMM that must fold them) and a delegate
+        reads them unfolded (its run-time weight computation, pulled in by the stock
+        configs), executorch gives that delegate its own copy of each. Such GEMMs are
+        matched again, folding (`_copied_sources_gemms`). Both sets only grow, so this
+        ends; without shared sources it is one pass.
         """
         non_folding: frozenset[str] = frozenset()
+        fold_anyway: frozenset[str] = frozenset()
         while True:
             for config in self._folding_configs():
                 config.non_folding = non_folding
+                config.fold_anyway = fold_anyway
             groups = self._match_once(ep)
             found = non_folding | self._unfolded_constant_gemms(ep, groups)
-            if found == non_folding:
+            anyway = fold_anyway | self._copied_sources_gemms(ep, groups)
+            if found == non_folding and anyway == fold_anyway:
                 return groups
-            non_folding = found
+            non_folding, fold_anyway = found, anyway
+
+    def _copied_sources_gemms(
+        self, ep: ExportedProgram, groups: list[list[Node]]
+    ) -> frozenset[str]:
+        """GEMMs declined for size whose shared sources a partition holds while another
+        partition reads them unfolded, when the folded tensor is no larger than the
+        copies executorch would make."""
+        group_of = {node: index for index, group in enumerate(groups) for node in group}
+        found: set[str] = set()
+        # The match just run recorded every declined computation of constants.
+        for (node, index), rejection in list(self.rejections.items()):
+            config = self.target_partitioner_configs.get(format_target_name(node.target.__name__))
+            if (
+                node.name in found
+                or not rejection.computed_from_constants
+                or not isinstance(config, FoldingGEMMMixin)
+            ):
+                continue
+            computation = config.declined_for_size(node, index, ep)
+            if computation is None:
+                continue
+            members = set(computation.nodes)
+            # A source nothing else reads costs nothing to claim; one that something else
+            # reads and no partition holds yet would be copied once claimed.
+            if not all(
+                source in group_of or set(source.users) <= members
+                for source in computation.sources
+            ):
+                continue
+            copied = [
+                source
+                for source in computation.sources
+                if source in group_of
+                and any(
+                    user in members and group_of.get(user, group_of[source]) != group_of[source]
+                    for user in source.users
+                )
+            ]
+            if copied and _nbytes(computation.root) <= sum(map(_nbytes, copied)):
+                found.add(node.name)
+        return frozenset(found)
 
     def _unfolded_constant_gemms(
         self, ep: ExportedProgram, groups: list[list[Node]]

@@ -596,6 +596,7 @@ def find_weight_computation(
     options: FoldOptions,
     stored_elsewhere: frozenset[str] = frozenset(),
     non_folding: frozenset[str] = frozenset(),
+    sharing: bool = True,
 ) -> Union[WeightComputation, Rejection, None]:
     """Find the computation behind ``gemm.args[arg_index]`` and check it can be folded.
 
@@ -612,6 +613,10 @@ def find_weight_computation(
             folding frees none of their bytes.
         non_folding: names of GEMMs the partitioner did not take with folded
             arguments; a source they read is not freed by folding another GEMM.
+        sharing: apply the rules that keep the program small (other readers of the
+            sources, shared intermediates, growth). Without them only the rules that
+            make a fold wrong apply: what is left is correct to fold, the sources other
+            readers need staying beside the folded value.
 
     Returns:
         None when the argument is absent or already a parameter (nothing to fold), a
@@ -681,6 +686,11 @@ def find_weight_computation(
                 site,
                 keep_stock=True,
             )
+
+    if not sharing:
+        return WeightComputation(
+            gemm, arg_index, role, root, nodes, sources, site, _shared_nodes(nodes, root, members)
+        )
 
     # Folding replaces the whole computation by one constant; anything else that reads a
     # source or an intermediate would keep it alive, and the program would store both.
@@ -779,12 +789,13 @@ def find_weight_computation(
             True,
             site,
         )
-    shared_nodes = tuple(
-        n for n in nodes if n is not root and any(u not in members for u in n.users)
-    )
     return WeightComputation(
-        gemm, arg_index, role, root, nodes, sources, site, shared_nodes
+        gemm, arg_index, role, root, nodes, sources, site, _shared_nodes(nodes, root, members)
     )
+
+
+def _shared_nodes(nodes: tuple[Node, ...], root: Node, members: set[Node]) -> tuple[Node, ...]:
+    return tuple(n for n in nodes if n is not root and any(u not in members for u in n.users))
 
 
 def computation_key(

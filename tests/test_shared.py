@@ -474,21 +474,7 @@ def _declined_slice_program(
     return edge.to_executorch().buffer, edge, modules
 
 
-_RESIDUAL_GAP = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known: an addmm whose bias is an activation keeps its computed weight's sources, "
-        "which the record does not count (at ATen level a quantized GEMM's declined "
-        "dequantized weight looks the same, and its bias still folds)"
-    ),
-)
-
-
-@pytest.mark.parametrize(
-    "declined",
-    [_DeclinedSlice, pytest.param(_ResidualSlice, marks=_RESIDUAL_GAP)],
-    ids=["row_bias", "residual"],
-)
+@pytest.mark.parametrize("declined", [_DeclinedSlice, _ResidualSlice], ids=["row_bias", "residual"])
 @pytest.mark.parametrize("order", [("declined", "foldable"), ("foldable", "declined")])
 def test_a_source_a_declined_gemm_keeps_is_not_folded_by_another_method(
     order: tuple[str, ...], declined: type[_DeclinedSlice]

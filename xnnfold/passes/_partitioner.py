@@ -32,6 +32,7 @@ from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
 from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
 
@@ -278,6 +279,7 @@ def _aten_plan(
         return cached[1]
     preserved: dict[str, torch._ops.OpOverload] = {}
     not_folding: set[str] = set()
+    input_dependent: Optional[set[Node]] = None
     for node in graph.nodes:
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
         if positions is None:
@@ -327,7 +329,18 @@ def _aten_plan(
             # will not fold its declined arguments, so their constant computations keep
             # their sources. (Not its other arguments: a quantized GEMM's weight is
             # declined here, a dequantize, and the edge configs still fold its bias.)
-            if not declined or any(_constant_computation(ep, node, i) for i in declined):
+            # An argument computed at run time where a constant is needed (an addmm's
+            # residual bias) leaves the whole GEMM on portable: every constant
+            # computation it reads keeps its sources.
+            if input_dependent is None:
+                input_dependent = _input_dependent(ep)
+            whole = not declined or any(
+                isinstance(arg, Node) and arg in input_dependent
+                for arg in (node.args[i] for i in declined if i < len(node.args))
+            )
+            if any(
+                _constant_computation(ep, node, i) for i in (positions if whole else declined)
+            ):
                 not_folding.add(node.name)
             continue
         if force_non_static_weights and any(
@@ -355,6 +368,19 @@ def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
     its sources at run time if the GEMM does not fold it."""
     arg = gemm.args[index] if index < len(gemm.args) else None
     return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
+
+
+def _input_dependent(ep: ExportedProgram) -> set[Node]:
+    """The nodes computed from the program's inputs (activations), not from constants
+    alone. Unlike the fold rules' constant map, a dequantized weight is not one."""
+    inputs = {s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT}
+    found: set[Node] = set()
+    for node in ep.graph.nodes:
+        if node.name in inputs if node.op == "placeholder" else any(
+            a in found for a in node.all_input_nodes
+        ):
+            found.add(node)
+    return found
 
 
 def _never_folds(node: Node, *, force_non_static_weights: bool) -> bool:

@@ -94,3 +94,45 @@ def test_rechecks_with_the_options_the_partitioner_marked() -> None:
     gemm.meta[FOLD_OPTIONS_META_KEY] = FoldOptions(max_fold_nodes=1)
     with pytest.raises(RuntimeError, match="more than 1 nodes"):
         FoldComputedWeightsPass(ep, options=FoldOptions())(ep.graph_module)
+
+
+def _add_reader(ep: ExportedProgram, value: torch.fx.Node) -> None:
+    """Give ``value`` one more reader in the delegate program, outside any computation."""
+    from executorch.exir.dialects._ops import ops as exir_ops
+
+    with ep.graph.inserting_after(value):
+        ep.graph.call_function(exir_ops.edge.aten.neg.default, (value,))
+
+
+def _marked_weight_computation(ep: ExportedProgram):
+    from xnnfold.passes._predicates import find_weight_computation
+
+    gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
+    (index,) = gemm.meta[FOLD_META_KEY]
+    computation = find_weight_computation(
+        gemm, index, ep, arg_positions=(1, 2), options=gemm.meta[FOLD_OPTIONS_META_KEY]
+    )
+    return computation
+
+
+@pytest.mark.runtime
+def test_folds_a_marked_computation_whose_source_another_delegate_node_reads() -> None:
+    """A source read in the delegate by a node the partitioner did not mark (a weight
+    computed there at run time) stays for that reader; the marked fold still happens."""
+    ep = _delegate_program(lowered_folding("weight_norm_dim0-conv1d").edge)
+    computation = _marked_weight_computation(ep)
+    _add_reader(ep, computation.sources[0])
+    assert FoldComputedWeightsPass(ep)(ep.graph_module).modified
+    assert computation.sources[0].name in {n.name for n in ep.graph.nodes}
+
+
+@pytest.mark.runtime
+def test_declines_loudly_a_marked_computation_whose_intermediate_is_read_elsewhere() -> None:
+    """An intermediate another node reads would stay in the delegate, computed by ops no
+    XNNPACK config checked: never emitted, the lowering fails with the reason."""
+    ep = _delegate_program(lowered_folding("spectral_norm-linear").edge)
+    computation = _marked_weight_computation(ep)
+    intermediate = next(n for n in computation.nodes if n is not computation.root)
+    _add_reader(ep, intermediate)
+    with pytest.raises(RuntimeError, match="also used by"):
+        FoldComputedWeightsPass(ep)(ep.graph_module)

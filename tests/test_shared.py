@@ -612,9 +612,9 @@ def test_a_marked_fold_beside_a_run_time_weight_in_its_delegate_lowers(
 ) -> None:
     """Without the step above (as for an mm whose folded weight would outgrow the
     copies), the mm takes its weight at run time inside the linear's delegate, where it
-    reads the source unfolded. The fold pass used to decline the linear's marked fold
-    there ("also used by ..., which is not a GEMM weight") and fail the lowering; the
-    fold is correct, and the source stays for the mm."""
+    reads the source unfolded. There the linear's marked fold looks shared ("also used
+    by ..., which is not a GEMM weight"), but it is correct: it folds, and the source
+    stays for the mm."""
     from xnnfold.passes._partitioner import XnnpackFoldingPartitioner
 
     monkeypatch.setattr(

@@ -236,17 +236,14 @@ class FoldComputedWeightsPass(XNNPACKPass):
             positions = EDGE_GEMM_ARGS.get(node.target)
             if positions is None:
                 continue
+            # The partitioner's marks carry the options it decided with.
+            options: Optional[FoldOptions] = node.meta.get(FOLD_OPTIONS_META_KEY)
             for index in marks:
                 if index not in positions:
                     continue
                 result = find_weight_computation(
-                    node,
-                    index,
-                    ep,
-                    arg_positions=positions,
-                    options=node.meta.get(FOLD_OPTIONS_META_KEY, self.options),
+                    node, index, ep, arg_positions=positions, options=options or self.options
                 )
-                options = node.meta.get(FOLD_OPTIONS_META_KEY)
                 if (
                     isinstance(result, Rejection)
                     and options is not None
@@ -258,10 +255,14 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     # computation holds ops with no portable kernel). Here a reader it
                     # counted can look different: a weight computed at run time in this
                     # delegate reads a lifted scalar as a delegate input. Folding is
-                    # still correct; what the other readers read stays.
-                    result = find_weight_computation(
+                    # correct when only sources are shared (they stay for that reader);
+                    # a shared intermediate would stay too, computed by ops no XNNPACK
+                    # config checked, so that still fails below.
+                    alone = find_weight_computation(
                         node, index, ep, arg_positions=positions, options=options, sharing=False
                     )
+                    if isinstance(alone, WeightComputation) and not alone.shared:
+                        result = alone
                 if isinstance(result, Rejection) and options is not None:
                     # The partitioner accepted this computation into the delegate; left
                     # unfolded, its ops would reach the XNNPACK serializer as if they

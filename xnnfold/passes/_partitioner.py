@@ -81,6 +81,7 @@ from xnnfold.passes._predicates import (
     op_overload,
     Rejection,
     stored_constants,
+    value_bytes,
     WeightComputation,
 )
 
@@ -333,7 +334,7 @@ def _aten_plan(
             # residual bias) leaves the whole GEMM on portable: every constant
             # computation it reads keeps its sources.
             if input_dependent is None:
-                input_dependent = _input_dependent(ep)
+                input_dependent = _input_dependent(ep, written_buffers)
             whole = not declined or any(
                 isinstance(arg, Node) and arg in input_dependent
                 for arg in (node.args[i] for i in declined if i < len(node.args))
@@ -358,11 +359,6 @@ def _aten_plan(
     return plan
 
 
-def _nbytes(node: Node) -> int:
-    val = node.meta.get(VAL_META_KEY)
-    return val.numel() * val.element_size() if isinstance(val, torch.Tensor) else 0
-
-
 def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
     """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
     its sources at run time if the GEMM does not fold it."""
@@ -370,17 +366,40 @@ def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
     return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
 
 
-def _input_dependent(ep: ExportedProgram) -> set[Node]:
-    """The nodes computed from the program's inputs (activations), not from constants
-    alone. Unlike the fold rules' constant map, a dequantized weight is not one."""
-    inputs = {s.arg.name for s in ep.graph_signature.input_specs if s.kind == InputKind.USER_INPUT}
+def _input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set[Node]:
+    """The nodes computed at run time: from the program's inputs or from a buffer some
+    method writes. Unlike the fold rules' constant map, a dequantized weight is not one."""
+    signature = ep.graph_signature
+    written = written_buffers | set(signature.buffers_to_mutate.values())
+    starts = {
+        spec.arg.name
+        for spec in signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+        or (spec.kind == InputKind.BUFFER and spec.target in written)
+    }
     found: set[Node] = set()
     for node in ep.graph.nodes:
-        if node.name in inputs if node.op == "placeholder" else any(
-            a in found for a in node.all_input_nodes
-        ):
+        if node.op == "placeholder":
+            run_time = node.name in starts
+        else:
+            run_time = any(arg in found for arg in node.all_input_nodes)
+        if run_time:
             found.add(node)
     return found
+
+
+def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> bool:
+    """Whether folding the computation ``members`` spares a copy of ``source``: a group
+    other than the one holding it reads it, only through ``members``."""
+    held = group_of.get(source)
+    if held is None:
+        return False
+    readers: dict[int, list[Node]] = {}
+    for user in source.users:
+        group = group_of.get(user, held)
+        if group != held:
+            readers.setdefault(group, []).append(user)
+    return any(all(user in members for user in users) for users in readers.values())
 
 
 def _never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
@@ -713,7 +732,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             ):
                 continue
             computation = config.declined_for_size(node, index, ep)
-            if computation is None:
+            # Intermediates another reader needs would stay in the delegate, computed by
+            # ops no XNNPACK config checked: only computations that share sources alone.
+            if computation is None or computation.shared:
                 continue
             members = set(computation.nodes)
             # A source nothing else reads costs nothing to claim; one that something else
@@ -723,17 +744,12 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 for source in computation.sources
             ):
                 continue
-            copied = [
-                source
-                for source in computation.sources
-                if source in group_of
-                and any(
-                    user in members and group_of.get(user, group_of[source]) != group_of[source]
-                    for user in source.users
-                )
-            ]
-            if copied and _nbytes(computation.root) <= sum(map(_nbytes, copied)):
-                found.add(node.name)
+            copied = [s for s in computation.sources if _copy_freed(s, members, group_of)]
+            folded = value_bytes(computation.root)
+            copies = [value_bytes(s) for s in copied]
+            if copied and folded is not None and None not in copies:
+                if folded <= sum(c for c in copies if c is not None):
+                    found.add(node.name)
         return frozenset(found)
 
     def _unfolded_constant_gemms(
@@ -802,6 +818,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         `filter_is_redundant`), no filter is returned: executorch then keeps the ops
         without its two extra decomposition passes, and the program is the same.
         """
+        for config in self._folding_configs():
+            # The ATen-level filter asks the configs too; names decided for another
+            # lowering's graph must not reach it.
+            config.non_folding = config.fold_anyway = frozenset()
         ops, stock_filter = super().ops_to_not_decompose(ep)
         graph = ep.graph
         preserved: dict[str, torch._ops.OpOverload] = {}

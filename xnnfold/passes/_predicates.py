@@ -55,6 +55,7 @@ __all__ = [
     "op_overload",
     "site_of",
     "stored_constants",
+    "value_bytes",
 ]
 
 
@@ -495,6 +496,11 @@ def _nbytes(node: Node, float_itemsize: Optional[int] = None) -> Optional[int]:
     return val.numel() * val.element_size()
 
 
+def value_bytes(node: Node) -> Optional[int]:
+    """Bytes of ``node``'s value as stored, or None for a dynamic shape."""
+    return _nbytes(node)
+
+
 def _fill_op(node: Node) -> bool:
     op = op_overload(node.target)
     return op is not None and op.overloadpacket in FILL_OPS
@@ -795,6 +801,7 @@ def find_weight_computation(
 
 
 def _shared_nodes(nodes: tuple[Node, ...], root: Node, members: set[Node]) -> tuple[Node, ...]:
+    """The intermediates of a computation that something outside it also reads."""
     return tuple(n for n in nodes if n is not root and any(u not in members for u in n.users))
 
 

@@ -239,6 +239,7 @@ _MV: Final = frozenset({aten.mul.Tensor, aten.sum.dim_IntList})
 _SUM: Final = frozenset({aten.sum.dim_IntList})
 _DOT: Final = frozenset({aten.mul.Tensor, aten.sum.default}) | _SUM
 _TRANSPOSE: Final = frozenset({aten.permute.default, aten.alias.default})
+_SILU: Final = frozenset({aten.mul.Tensor, aten.sigmoid.default, aten._to_copy.default})
 # By operand ranks and strides: dot, mv, mm or bmm, with views, expands and copies around.
 _MATMUL: Final = frozenset(
     {
@@ -290,6 +291,14 @@ DECOMPOSES_ONLY_TO: Final[dict[object, frozenset[object]]] = {
             aten.ne.Scalar,
             aten._to_copy.default,
         }
+    ),
+    # x * sigmoid(x), computed in fp32 for a half or bfloat16 x.
+    aten.silu.default: _SILU,
+    # The in-place form: functionalized to silu (a copy_ only if an input is mutated).
+    aten.silu_.default: frozenset({aten.silu.default, aten.copy_.default}) | _SILU,
+    # A 1x1 output is a mean, any other the ATen kernel (which the table keeps).
+    aten.adaptive_avg_pool2d.default: frozenset(
+        {aten.mean.dim, aten._adaptive_avg_pool2d.default}
     ),
 }
 

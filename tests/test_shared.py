@@ -452,6 +452,19 @@ class _ResidualSlice(_DeclinedSlice):
         return torch.addmm(x.repeat(1, 4), x, self.w[: 64 * 256].reshape(64, 256))
 
 
+class _WrittenBiasSlice(_DeclinedSlice):
+    """An addmm whose bias is a buffer the method updates, on one half of the source: it
+    stays on portable (XNNPACK would store the bias), and its weight's sources with it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(256))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count.add_(1.0)
+        return torch.addmm(self.count, x, self.w[: 64 * 256].reshape(64, 256))
+
+
 class _FoldableSlice(nn.Module):
     """An mm on the other half: foldable, unless the first half's GEMM keeps the source."""
 
@@ -474,7 +487,11 @@ def _declined_slice_program(
     return edge.to_executorch().buffer, edge, modules
 
 
-@pytest.mark.parametrize("declined", [_DeclinedSlice, _ResidualSlice], ids=["row_bias", "residual"])
+_DECLINED = [_DeclinedSlice, _ResidualSlice, _WrittenBiasSlice]
+_DECLINED_IDS = ["row_bias", "residual", "written_bias"]
+
+
+@pytest.mark.parametrize("declined", _DECLINED, ids=_DECLINED_IDS)
 @pytest.mark.parametrize("order", [("declined", "foldable"), ("foldable", "declined")])
 def test_a_source_a_declined_gemm_keeps_is_not_folded_by_another_method(
     order: tuple[str, ...], declined: type[_DeclinedSlice]
@@ -490,7 +507,7 @@ def test_a_source_a_declined_gemm_keeps_is_not_folded_by_another_method(
     assert mm.delegated and mm.folded == (), mm
 
 
-@pytest.mark.parametrize("declined", [_DeclinedSlice, _ResidualSlice], ids=["row_bias", "residual"])
+@pytest.mark.parametrize("declined", _DECLINED, ids=_DECLINED_IDS)
 def test_methods_beside_a_declined_gemm_match_eager(declined: type[_DeclinedSlice]) -> None:
     buffer, _, modules = _declined_slice_program(
         xnnfold.XnnpackFoldingPartitioner(), ("declined", "foldable"), declined

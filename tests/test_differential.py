@@ -742,3 +742,20 @@ def test_campaign_finding_run_time_weight_copies_a_source_held_elsewhere() -> No
     program = eval(KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE, vars(_grammar))  # noqa: S307 - our own repr
     outcome = check_program(program, ("a", "b", "c"))
     assert not outcome.failures, outcome.failures
+
+
+
+# Found by the campaign (seed 11, program 117), in the oracle: layers.0's low-rank weight
+# grows when folded, so that convolution stays on portable and reads its bf16 bias `s2`
+# there; layers.1's bias reads `s2` too, so it is declined, and layers.1 with it. The
+# fold rule (`expected_gemms`) counted a portable GEMM's other arguments as folding.
+KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS: Final = "Program(seed=11000149000, scenario='chain', sources=(Source(name='s0', shape=(15, 2), kind='param', dtype='float32', param='none'), Source(name='s1', shape=(2, 9), kind='param', dtype='float32', param='legacy_weight_norm'), Source(name='s2', shape=(15,), kind='param', dtype='bfloat16', param='none'), Source(name='s3', shape=(15, 15, 3, 3), kind='param', dtype='float16', param='none'), Source(name='s4', shape=(3, 15, 3, 15), kind='param', dtype='bfloat16', param='none'), Source(name='s5', shape=(15,), kind='param', dtype='float32', param='weight_norm_none')), methods=(Method(name='forward', kind='chain', in_ch=3, spatial=(2, 4), batch=1, layers=(Gemm(kind='conv1d', in_ch=3, out_ch=15, weight=LowRank(a=Src(name='s0'), b=Src(name='s1'), shape=(15, 3, 3)), bias=Src(name='s2'), kernel=3, stride=1, padding=3, dilation=2, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='conv_transpose2d', in_ch=15, out_ch=15, weight=Binary(op='maximum', x=Normalize(op='min', x=Unary(op='tanh', x=Src(name='s3')), dim=None, keepdim=False), y=Permute(x=Transpose(x=Src(name='s4'), dim0=2, dim1=0), dims=(1, 3, 0, 2))), bias=ScalarOp(op='add', x=Reshape(x=Binary(op='add', x=Src(name='s2'), y=Src(name='s5')), shape=(15,), view=False), value=0.5), kernel=3, stride=1, padding=1, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=False),))"
+
+
+def test_campaign_finding_a_portable_gemm_keeps_what_its_other_role_reads() -> None:
+    from xnnfold.fixtures import _grammar
+
+    program = eval(KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS, vars(_grammar))  # noqa: S307 - our own repr
+    assert [e.foldable for e in expected_gemms(program)] == [False, False]
+    outcome = check_program(program)
+    assert not outcome.failures, outcome.failures

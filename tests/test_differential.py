@@ -744,7 +744,6 @@ def test_campaign_finding_run_time_weight_copies_a_source_held_elsewhere() -> No
     assert not outcome.failures, outcome.failures
 
 
-
 # Found by the campaign (seed 11, program 117), in the oracle: layers.0's low-rank weight
 # grows when folded, so that convolution stays on portable and reads its bf16 bias `s2`
 # there; layers.1's bias reads `s2` too, so it is declined, and layers.1 with it. The

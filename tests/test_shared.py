@@ -453,8 +453,8 @@ class _ResidualSlice(_DeclinedSlice):
 
 
 class _WrittenBiasSlice(_DeclinedSlice):
-    """An addmm whose bias is a buffer the method updates, on one half of the source: it
-    stays on portable (XNNPACK would store the bias), and its weight's sources with it."""
+    """An addmm whose bias is computed from a buffer the method updates (a run-time
+    value), on one half of the source: it stays on portable, its weight's sources with it."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -294,11 +294,10 @@ DECOMPOSES_ONLY_TO: Final[dict[object, frozenset[object]]] = {
     ),
     # x * sigmoid(x), computed in fp32 for a half or bfloat16 x.
     aten.silu.default: _SILU,
-    # The in-place form: functionalized to silu (a copy_ only if an input is mutated).
-    aten.silu_.default: frozenset({aten.silu.default, aten.copy_.default}) | _SILU,
-    # A 1x1 output is a mean, any other the ATen kernel (which the table keeps).
+    # A 1x1 output is a mean (over a restrided channels_last input), any other the ATen
+    # kernel (which the table keeps).
     aten.adaptive_avg_pool2d.default: frozenset(
-        {aten.mean.dim, aten._adaptive_avg_pool2d.default}
+        {aten.mean.dim, aten.as_strided.default, aten._adaptive_avg_pool2d.default}
     ),
 }
 

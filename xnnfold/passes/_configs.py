@@ -204,9 +204,9 @@ class FoldingGEMMMixin:
     def declined_for_size(
         self, node: Node, arg_index: int, ep: ExportedProgram
     ) -> Optional[WeightComputation]:
-        """The computation of argument ``arg_index`` when only the rules that keep the
-        program small decline it (a fold would be correct), else None."""
-        if not self.fold or not isinstance(self.computation(node, arg_index, ep), Rejection):
+        """For an argument `computation` declined, the computation when only the rules
+        that keep the program small decline it (a fold would be correct), else None."""
+        if not self.fold:
             return None
         alone = self._find(node, arg_index, ep, sizes=False)
         if not isinstance(alone, WeightComputation):

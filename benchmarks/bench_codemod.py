@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from xnnfold.rewriter._codemod_api import CodemodOptions
-from xnnfold.rewriter._codemod_driver import CodemodSummary, run_codemod
+from xnnfold.rewriter.codemod._api import CodemodOptions
+from xnnfold.rewriter.codemod._driver import CodemodSummary, run_codemod
 
 TARGET_S = 60.0
 

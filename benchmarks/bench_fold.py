@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from xnnfold._compare import compare_fixture, format_table
+from xnnfold.cli._demo import compare_fixture, format_table
 from xnnfold.fixtures import FIXTURES
 
 # Left out of the default run: lowering it three ways takes minutes (tests/test_patterns.py

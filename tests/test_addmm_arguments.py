@@ -17,7 +17,7 @@ from torch import nn
 
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
-from xnnfold.passes._constants import FOLD_SCALES_META_KEY
+from xnnfold._meta import FOLD_SCALES_META_KEY
 
 from tests._lowering import lower_stock
 

@@ -46,11 +46,11 @@ from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
 import xnnfold
 from xnnfold.passes import XnnpackFoldingPartitioner
-from xnnfold.passes._constants import FOLD_META_KEY
+from xnnfold._meta import FOLD_META_KEY
 
 pytestmark = pytest.mark.runtime
 
-PARTITIONER_LOGGER = "xnnfold.passes._partitioner"
+PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 EXTERNAL_FILE = "model"
 
 

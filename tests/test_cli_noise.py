@@ -1,6 +1,6 @@
 """The ``xnnfold`` command keeps known-harmless upstream import noise out of its output.
 
-Only the records in `xnnfold._noise.KNOWN_HARMLESS` are dropped, only while a command runs,
+Only the records in `xnnfold.cli._noise.KNOWN_HARMLESS` are dropped, only while a command runs,
 and ``--verbose`` shows them; anything else torchao or torch logs still reaches stderr.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from xnnfold._noise import quiet_upstream_noise
+from xnnfold.cli._noise import quiet_upstream_noise
 
 TORCHAO_NOISE = (
     "Failed to load /venv/lib/python3.11/site-packages/torchao/_C_mxfp8.cpython-310-"

@@ -21,9 +21,9 @@ from typing import Callable
 import libcst
 import pytest
 
-from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding, UnparseableSource
+from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 from xnnfold.cli import main as cli_main
-from xnnfold.rewriter._codemod_driver import main, run_codemod, trigger_pattern
+from xnnfold.rewriter.codemod._driver import main, run_codemod, trigger_pattern
 
 OLD = b"legacy_wn("
 NEW = b"new_wn("
@@ -458,7 +458,7 @@ def _rule_names() -> list[str]:
     Deliberately coupled: if the rules gain a table or rename one, this fails instead of
     the pre-filter silently hiding the new findings.
     """
-    from xnnfold.rewriter import _codemod_rules as rules
+    from xnnfold.rewriter.codemod import _rules as rules
 
     return [
         *rules._LEGACY, *rules._PARAMETRIZATION_CODES, *rules._GEMMS, *rules._TORCH_EXPORT,

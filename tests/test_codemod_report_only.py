@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from xnnfold.rewriter import transform_source
-from xnnfold.rewriter._codemod_driver import run_codemod
+from xnnfold.rewriter.codemod._driver import run_codemod
 
 # The rule fixtures and their per-file options, as the rule tests read them.
 from tests.test_codemod_rules import FIXTURES, INPUTS, _options

@@ -29,8 +29,8 @@ from libcst.codemod import CodemodContext
 import xnnfold
 import xnnfold.rewriter.codemod as codemod_module
 from xnnfold.rewriter import CodemodOptions, FileOutcome, transform_source
-from xnnfold.rewriter._codemod_api import UnparseableSource
-from xnnfold.rewriter._codemod_rules import _FOLDING_POSITIONAL, FOLDING_PARTITIONER_PARAMETERS
+from xnnfold.rewriter.codemod._api import UnparseableSource
+from xnnfold.rewriter.codemod._rules import _FOLDING_POSITIONAL, FOLDING_PARTITIONER_PARAMETERS
 
 if TYPE_CHECKING:
     import torch

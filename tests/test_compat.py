@@ -12,8 +12,8 @@ from importlib.metadata import version
 import pytest
 
 import xnnfold
-from xnnfold.passes import _compat
-from xnnfold.passes._compat import EXECUTORCH_RANGE, UnsupportedRelease, check_releases
+from xnnfold import _upstream as _compat
+from xnnfold._upstream import EXECUTORCH_RANGE, UnsupportedRelease, check_releases
 
 
 def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) -> None:

@@ -20,17 +20,14 @@ from torch.export import Dim, ExportedProgram
 from torch.nn import functional as F
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
-import xnnfold.passes._partitioner as partitioner_module
+import xnnfold.passes.partition._partitioner as partitioner_module
 from tests._lowering import fixture_by_name
 from xnnfold import prepare_for_xnnpack, run_pte
 from xnnfold.fixtures import FIXTURES, LAYERS, NORMS
 from xnnfold.passes import XnnpackFoldingPartitioner
-from xnnfold.passes._constants import (
-    CUSTOM_META_KEY,
-    DECOMPOSES_ONLY_TO,
-    PRESERVED_META_KEY,
-)
-from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
+from xnnfold._meta import CUSTOM_META_KEY, PRESERVED_META_KEY
+from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
+from xnnfold.passes.partition._decompositions import decomposed_ops, filter_is_redundant
 
 aten = torch.ops.aten
 

@@ -12,13 +12,13 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
-from xnnfold.passes._constants import STOCK_WHY_LOGGERS
-from xnnfold.passes._reasons import collect_why_reasons
+from xnnfold.passes._ops import STOCK_WHY_LOGGERS
+from xnnfold.passes.report._reasons import collect_why_reasons
 from tests._lowering import lower_stock
 
 pytestmark = pytest.mark.runtime
 
-PARTITIONER_LOGGER = "xnnfold.passes._partitioner"
+PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 
 
 class Modulated(nn.Module):

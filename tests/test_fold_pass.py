@@ -12,7 +12,7 @@ from torch.export import ExportedProgram
 from tests._lowering import fixture_by_name, lower_stock, lowered_folding
 from xnnfold import FoldComputedWeightsPass
 from xnnfold.passes import FoldOptions
-from xnnfold.passes._constants import FOLD_META_KEY, FOLD_OPTIONS_META_KEY
+from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY
 
 CASES = ["weight_norm_dim0-conv1d", "spectral_norm-linear", "legacy_spectral_norm-conv_transpose2d", "linear_computed_bias", "matmul_transposed"]
 
@@ -105,7 +105,7 @@ def _add_reader(ep: ExportedProgram, value: torch.fx.Node) -> None:
 
 
 def _marked_weight_computation(ep: ExportedProgram):
-    from xnnfold.passes._predicates import find_weight_computation
+    from xnnfold.passes.partition._predicates import find_weight_computation
 
     gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
     (index,) = gemm.meta[FOLD_META_KEY]

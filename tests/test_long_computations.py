@@ -18,7 +18,7 @@ from torch.fx import Graph
 import xnnfold
 from xnnfold.fixtures._patterns import ChainedWeight
 from xnnfold import XnnpackFoldingPartitioner
-from xnnfold.passes._partitioner import _DisjointSets
+from xnnfold.passes.partition._grouping import DisjointSets
 
 
 def _inputs() -> tuple[torch.Tensor]:
@@ -65,7 +65,7 @@ def _chain_graph(length: int) -> list:
 
 def test_disjoint_sets_group_a_long_partition_without_recursion() -> None:
     nodes = _chain_graph(20_000)
-    sets = _DisjointSets()
+    sets = DisjointSets()
     sets.find(nodes[0])
     for node in nodes[1:]:
         sets.union(nodes[0], node)
@@ -77,7 +77,7 @@ def test_disjoint_sets_group_as_executorch_does() -> None:
     nodes = _chain_graph(60)
     rng = random.Random(0)
     partitions = [rng.sample(nodes, rng.randint(1, 5)) for _ in range(25)]
-    ours, theirs = _DisjointSets(), DSJ()
+    ours, theirs = DisjointSets(), DSJ()
     for partition in partitions:
         for sets in (ours, theirs):
             sets.find(partition[0])

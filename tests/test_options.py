@@ -18,8 +18,8 @@ from torch.nn.utils.parametrizations import weight_norm
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes import FoldingLinearConfig, FoldOptions
-from xnnfold.passes._compat import supports_bf16
-from xnnfold.passes._constants import FOLD_OPTIONS_META_KEY
+from xnnfold._upstream import supports_bf16
+from xnnfold._meta import FOLD_OPTIONS_META_KEY
 
 pytestmark = pytest.mark.runtime
 

@@ -18,7 +18,7 @@ from torch.nn.utils.parametrizations import weight_norm
 import xnnfold
 from tests._lowering import fixture_by_name, lower_folding, lower_stock, lowered_folding
 from xnnfold.passes import XnnpackFoldingPartitioner
-from xnnfold.passes._constants import FOLD_META_KEY
+from xnnfold._meta import FOLD_META_KEY
 
 pytestmark = pytest.mark.runtime
 

@@ -19,12 +19,12 @@ import xnnfold
 from tests._lowering import fixture_by_name, lower_folding, lower_stock, lowered_folding, lowered_hand_folded
 from xnnfold.fixtures._patterns import VarMeanStdConv2d
 from xnnfold.passes import XnnpackFoldingPartitioner
-from xnnfold.passes._constants import FOLD_META_KEY
-from xnnfold.passes._partitioner import _keepable
+from xnnfold._meta import FOLD_META_KEY
+from xnnfold.passes.partition._aten_plan import keepable
 
 pytestmark = pytest.mark.runtime
 
-PARTITIONER_LOGGER = "xnnfold.passes._partitioner"
+PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 
 # Fully delegated by xnnfold, and equal bit for bit to the hand-folded program.
 HAND_FOLDABLE = [
@@ -186,9 +186,9 @@ def test_multi_output_ops_are_not_asked_to_stay_undecomposed() -> None:
     """executorch drops multi-output ops (var_mean, native_batch_norm) from the
     keep-undecomposed list with an "aliases output" warning; xnnfold no longer asks."""
     aten = torch.ops.aten
-    assert _keepable(aten._weight_norm.default)
-    assert not _keepable(aten.var_mean.correction)
-    assert not _keepable(aten.native_batch_norm.default)
+    assert keepable(aten._weight_norm.default)
+    assert not keepable(aten.var_mean.correction)
+    assert not keepable(aten.native_batch_norm.default)
 
 
 class _FusedVarMean(torch.nn.Module):

@@ -23,7 +23,7 @@ from torch.nn.utils.parametrizations import weight_norm
 from xnnfold import FoldComputedWeightsPass, prepare_for_xnnpack, run_pte, summarize
 from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes import FoldOptions
-from xnnfold.passes._predicates import (
+from xnnfold.passes.partition._predicates import (
     _constant_map,
     find_weight_computation,
     Rejection,

@@ -36,7 +36,7 @@ from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 import xnnfold
 from tests._lowering import Lowered
 from xnnfold.fixtures import Fixture, ScaledBias
-from xnnfold.passes._constants import EDGE_GEMM_ARGS
+from xnnfold.passes._ops import EDGE_GEMM_ARGS
 
 pytestmark = pytest.mark.runtime
 

@@ -25,7 +25,7 @@ from executorch.exir import to_edge_transform_and_lower
 from torch import nn
 
 import xnnfold
-from xnnfold.passes._compat import supports_bf16
+from xnnfold._upstream import supports_bf16
 
 pytestmark = pytest.mark.runtime
 

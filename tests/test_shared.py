@@ -21,7 +21,7 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
-from xnnfold.passes._partitioner import _acyclic_grouping, _contracted_acyclic
+from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
 from tests._lowering import lower_folding, lower_stock
 
 pytestmark = pytest.mark.runtime
@@ -260,23 +260,23 @@ def _diamond() -> tuple[torch.fx.Graph, dict[str, torch.fx.Node]]:
 
 def test_contracted_graph_check_sees_a_cycle_through_an_outside_node() -> None:
     graph, n = _diamond()
-    assert not _contracted_acyclic(graph, [[n["a"], n["c"]]])
-    assert _contracted_acyclic(graph, [[n["a"]], [n["c"]]])
-    assert _contracted_acyclic(graph, [[n["a"], n["b"], n["c"]]])
+    assert not contracted_acyclic(graph, [[n["a"], n["c"]]])
+    assert contracted_acyclic(graph, [[n["a"]], [n["c"]]])
+    assert contracted_acyclic(graph, [[n["a"], n["b"], n["c"]]])
 
 
 def test_grouping_never_merges_into_a_cycle() -> None:
     graph, n = _diamond()
-    partitions = _acyclic_grouping(graph, [[n["a"]], [n["c"]]])
+    partitions = acyclic_grouping(graph, [[n["a"]], [n["c"]]])
     assert all(isinstance(p, Partition) for p in partitions)
     assert len(partitions) == 2
-    assert _contracted_acyclic(graph, [list(p.nodes) for p in partitions])
+    assert contracted_acyclic(graph, [list(p.nodes) for p in partitions])
 
 
 def test_grouping_rejects_a_group_that_is_itself_cyclic() -> None:
     graph, n = _diamond()
     with pytest.raises(RuntimeError, match="depend on each other"):
-        _acyclic_grouping(graph, [[n["a"], n["c"]]])
+        acyclic_grouping(graph, [[n["a"], n["c"]]])
 
 
 class _Table(nn.Module):
@@ -634,7 +634,7 @@ def test_a_marked_fold_beside_a_run_time_weight_in_its_delegate_lowers(
     reads the source unfolded. There the linear's marked fold looks shared ("also used
     by ..., which is not a GEMM weight"), but it is correct: it folds, and the source
     stays for the mm."""
-    from xnnfold.passes._partitioner import XnnpackFoldingPartitioner
+    from xnnfold.passes.partition._partitioner import XnnpackFoldingPartitioner
 
     monkeypatch.setattr(
         XnnpackFoldingPartitioner, "_copied_sources_gemms", lambda self, ep, groups: frozenset()

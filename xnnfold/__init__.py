@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 from xnnfold._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from xnnfold._explain import ExplainReport, explain, GemmRow
-    from xnnfold._inspect import ProgramSummary, summarize
-    from xnnfold._lower import lower, to_executorch
-    from xnnfold._runtime import LoadedProgram, run_pte
-    from xnnfold._unused import remove_unused_constants
+    from xnnfold.passes.report._explain import ExplainReport, explain, GemmRow
+    from xnnfold.passes.report._summary import ProgramSummary, summarize
+    from xnnfold.lowering._lower import lower, to_executorch
+    from xnnfold.lowering._runtime import LoadedProgram, run_pte
+    from xnnfold.passes.fold._unused import remove_unused_constants
     from xnnfold.passes import (
         FoldComputedWeightsPass,
         install_preprocess_hook,
@@ -38,16 +38,16 @@ if TYPE_CHECKING:
 # Public name -> defining module. Resolved on first access (PEP 562): these modules import
 # torch and executorch (seconds), which `xnnfold --help` and `xnnfold codemod` never need.
 _LAZY: dict[str, str] = {
-    "ExplainReport": "xnnfold._explain",
-    "GemmRow": "xnnfold._explain",
-    "explain": "xnnfold._explain",
-    "ProgramSummary": "xnnfold._inspect",
-    "summarize": "xnnfold._inspect",
-    "lower": "xnnfold._lower",
-    "to_executorch": "xnnfold._lower",
-    "LoadedProgram": "xnnfold._runtime",
-    "run_pte": "xnnfold._runtime",
-    "remove_unused_constants": "xnnfold._unused",
+    "ExplainReport": "xnnfold.passes.report._explain",
+    "GemmRow": "xnnfold.passes.report._explain",
+    "explain": "xnnfold.passes.report._explain",
+    "ProgramSummary": "xnnfold.passes.report._summary",
+    "summarize": "xnnfold.passes.report._summary",
+    "lower": "xnnfold.lowering._lower",
+    "to_executorch": "xnnfold.lowering._lower",
+    "LoadedProgram": "xnnfold.lowering._runtime",
+    "run_pte": "xnnfold.lowering._runtime",
+    "remove_unused_constants": "xnnfold.passes.fold._unused",
     "FoldComputedWeightsPass": "xnnfold.passes",
     "install_preprocess_hook": "xnnfold.passes",
     "is_preprocess_hook_installed": "xnnfold.passes",

@@ -24,10 +24,10 @@ from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch import nn
 from torch.utils import _pytree as pytree
 
-from xnnfold._explain import explain, ExplainReport, GemmRow
-from xnnfold._inspect import ProgramSummary, summarize
-from xnnfold._lower import lower
-from xnnfold._runtime import run_pte
+from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
+from xnnfold.passes.report._summary import ProgramSummary, summarize
+from xnnfold.lowering._lower import lower
+from xnnfold.lowering._runtime import run_pte
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.rewriter import unprepare_for_xnnpack
 from xnnfold.rewriter import is_prepared

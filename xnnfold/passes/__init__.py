@@ -1,21 +1,21 @@
 """After export: partition computed GEMM weights with their GEMM and fold them at preprocess."""
 
-from xnnfold.passes._configs import (
+from xnnfold.passes.partition._configs import (
     FOLDING_GEMM_CONFIGS,
     FoldingAddmmConfig,
     FoldingConvolutionConfig,
     FoldingLinearConfig,
     FoldingMMConfig,
 )
-from xnnfold.passes._fold import FoldComputedWeightsPass
+from xnnfold.passes.fold._pass import FoldComputedWeightsPass
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._hook import (
+from xnnfold.passes.fold._hook import (
     install_preprocess_hook,
     is_preprocess_hook_installed,
     uninstall_preprocess_hook,
 )
-from xnnfold.passes._partitioner import folding_configs, XnnpackFoldingPartitioner
-from xnnfold.passes._predicates import (
+from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
+from xnnfold.passes.partition._predicates import (
     find_weight_computation,
     Rejection,
     WeightComputation,

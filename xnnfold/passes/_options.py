@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xnnfold.passes._constants import DEFAULT_MAX_FOLD_NODES
+from xnnfold.passes._ops import DEFAULT_MAX_FOLD_NODES
 
 __all__ = ["FoldOptions"]
 

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 from xnnfold._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding
-    from xnnfold.rewriter._codemod_rules import transform_source
-    from xnnfold.rewriter._prepare import (
+    from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding
+    from xnnfold.rewriter.codemod._rules import transform_source
+    from xnnfold.rewriter._marking import (
         FoldSite,
         find_sites,
         is_prepared,
@@ -22,15 +22,15 @@ if TYPE_CHECKING:
 # Public name -> defining module, resolved on first access (PEP 562): _prepare imports
 # torch, which the codemod (libcst only) never needs.
 _LAZY: dict[str, str] = {
-    "CodemodOptions": "xnnfold.rewriter._codemod_api",
-    "FileOutcome": "xnnfold.rewriter._codemod_api",
-    "Finding": "xnnfold.rewriter._codemod_api",
-    "transform_source": "xnnfold.rewriter._codemod_rules",
-    "FoldSite": "xnnfold.rewriter._prepare",
-    "find_sites": "xnnfold.rewriter._prepare",
-    "is_prepared": "xnnfold.rewriter._prepare",
-    "prepare_for_xnnpack": "xnnfold.rewriter._prepare",
-    "unprepare_for_xnnpack": "xnnfold.rewriter._prepare",
+    "CodemodOptions": "xnnfold.rewriter.codemod._api",
+    "FileOutcome": "xnnfold.rewriter.codemod._api",
+    "Finding": "xnnfold.rewriter.codemod._api",
+    "transform_source": "xnnfold.rewriter.codemod._rules",
+    "FoldSite": "xnnfold.rewriter._marking",
+    "find_sites": "xnnfold.rewriter._marking",
+    "is_prepared": "xnnfold.rewriter._marking",
+    "prepare_for_xnnpack": "xnnfold.rewriter._marking",
+    "unprepare_for_xnnpack": "xnnfold.rewriter._marking",
 }
 
 

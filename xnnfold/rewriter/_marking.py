@@ -28,7 +28,7 @@ from torch.nn.utils.parametrizations import _Orthogonal, _SpectralNorm, _WeightN
 from torch.nn.utils.spectral_norm import SpectralNorm as _LegacySpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm as _LegacyWeightNorm
 
-from xnnfold.passes._constants import SITE_META_KEY
+from xnnfold._meta import SITE_META_KEY
 
 __all__ = [
     "FoldSite",

@@ -17,9 +17,9 @@ import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
-from xnnfold._inspect import summarize
-from xnnfold._lower import lower
-from xnnfold._runtime import LoadedProgram
+from xnnfold.passes.report._summary import summarize
+from xnnfold.lowering._lower import lower
+from xnnfold.lowering._runtime import LoadedProgram
 from xnnfold.fixtures import Fixture
 
 __all__ = ["VariantResult", "compare_fixture", "format_table", "VARIANTS"]

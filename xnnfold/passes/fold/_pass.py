@@ -27,17 +27,17 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
-from xnnfold.passes._arguments import is_matrix_transpose
-from xnnfold.passes._constants import (
-    EDGE_GEMM_ARGS,
+from xnnfold.passes.partition._arguments import is_matrix_transpose
+from xnnfold._meta import (
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
     PROVENANCE_META_KEYS,
     VAL_META_KEY,
 )
+from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._predicates import (
+from xnnfold.passes.partition._predicates import (
     computation_key,
     constant_fqns,
     find_weight_computation,

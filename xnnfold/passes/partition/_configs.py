@@ -28,12 +28,8 @@ from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._constants import (
-    FOLD_META_KEY,
-    FOLD_OPTIONS_META_KEY,
-    FOLD_SCALES_META_KEY,
-)
-from xnnfold.passes._arguments import (
+from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
+from xnnfold.passes.partition._arguments import (
     addmm_problem,
     addmm_scales,
     deconvolution_problem,
@@ -41,7 +37,7 @@ from xnnfold.passes._arguments import (
     shared_kernel_problem,
 )
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._predicates import (
+from xnnfold.passes.partition._predicates import (
     find_weight_computation,
     is_constant_source,
     is_float32,

@@ -1,16 +1,15 @@
-"""Names shared by the rewriter, the partitioner configs and the fold pass.
+"""The op sets and GEMM tables the partitioner configs and the fold pass share.
 
-The two halves of xnnfold talk through node metadata: `prepare_for_xnnpack` marks the nodes
-that compute a parametrized tensor (`SITE_META_KEY` inside `node.meta["custom"]`, which
-`torch.export` and the `to_edge` decompositions carry over), and the folding partitioner
-marks each GEMM it accepted with a computed weight or bias (`FOLD_META_KEY`). Keeping every
-key, op set and table here means a rename cannot leave one half behind.
+Which ops the fold may evaluate, which it must not, where each GEMM keeps its weight and
+bias in ATen and in the edge dialect, and what executorch decomposes each kept op into.
+Deciding "foldable" and folding read the same tables, so a GEMM or op added in one place
+is added for both. The node-metadata keys are in `xnnfold._meta`.
 """
 
 from __future__ import annotations
 
 import operator
-from typing import Final, Optional
+from typing import Final
 
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -18,32 +17,19 @@ from executorch.exir.dialects._ops import ops as exir_ops
 __all__ = [
     "ASSERTION_OPS",
     "ATEN_GEMM_ARGS",
-    "CUSTOM_META_KEY",
     "DEFAULT_MAX_FOLD_NODES",
-    "EXTERNAL_TAG_KEYS",
     "EDGE_ACTIVATION_GEMMS",
     "EDGE_GEMM_ARGS",
     "EDGE_NO_DECOMP_NAMESPACE",
-    "FOLD_META_KEY",
-    "FOLD_OPTIONS_META_KEY",
-    "FOLD_SCALES_META_KEY",
     "SYMBOLIC_SCALAR_OPS",
     "GEMM_ARGS",
     "GEMM_ARGS_BY_NAME",
     "FILL_OPS",
     "FOLDABLE_NAMESPACES",
     "DECOMPOSES_ONLY_TO",
-    "DELEGATION_TAG_META_KEY",
-    "NN_MODULE_STACK_META_KEY",
-    "PROVENANCE_META_KEYS",
-    "STACK_TRACE_META_KEY",
-    "VAL_META_KEY",
     "PRESERVE_BLOCKLIST",
-    "PRESERVED_META_KEY",
     "QUANTIZATION_NAMESPACES",
-    "REASON_META_KEY",
     "STOCK_WHY_LOGGERS",
-    "SITE_META_KEY",
     "UNFOLDABLE_OPS",
     "GETITEM",
 ]
@@ -51,52 +37,10 @@ __all__ = [
 aten = torch.ops.aten
 edge = exir_ops.edge.aten
 
-# torch.fx.traceback.annotate writes into node.meta["custom"]; export and the edge
-# decompositions copy that dict onto every node they derive from a marked one.
-CUSTOM_META_KEY: Final = "custom"
-# Inside node.meta["custom"]: "<module path>.<tensor name>" of the parametrized tensor.
-SITE_META_KEY: Final = "xnnfold_site"
-# On a GEMM node the folding partitioner accepted: {arg index: site or None} to fold.
-FOLD_META_KEY: Final = "xnnfold_fold"
-# Beside it: the `FoldOptions` the partitioner decided with, so the fold pass that the
-# preprocess hook builds re-checks with exactly those options.
-FOLD_OPTIONS_META_KEY: Final = "xnnfold_fold_options"
-# On an addmm the folding partitioner accepted with beta != 1 or alpha != 1: {arg index:
-# factor}. XNNPACK's fully-connected op has no such scales, so the fold pass multiplies
-# them into the weight and bias constants and resets the addmm's to 1.
-FOLD_SCALES_META_KEY: Final = "xnnfold_fold_scales"
-# On an ATen node the partitioner asked executorch not to decompose.
-PRESERVED_META_KEY: Final = "xnnfold_preserved"
-# On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
-REASON_META_KEY: Final = "xnnfold_reason"
-
-# torch.fx and executorch's own keys.
-VAL_META_KEY: Final = "val"
-NN_MODULE_STACK_META_KEY: Final = "nn_module_stack"
-STACK_TRACE_META_KEY: Final = "stack_trace"
-DELEGATION_TAG_META_KEY: Final = "delegation_tag"
-# What a folded constant inherits from the root of its computation, so that `explain`,
-# error messages and debug tools still name the module the weight came from.
-PROVENANCE_META_KEYS: Final = (
-    CUSTOM_META_KEY,
-    NN_MODULE_STACK_META_KEY,
-    STACK_TRACE_META_KEY,
-)
-
 # The loggers the stock XNNPACK configs report `WhyNoPartition` reasons to (at DEBUG).
 STOCK_WHY_LOGGERS: Final = (
     "executorch.backends.xnnpack.partition.config.gemm_configs",
     "executorch.backends.xnnpack.partition.config.xnnpack_config",
-)
-
-# Where executorch 1.5.1 records that a constant belongs in an external `.ptd` file:
-# (meta dict, key). `delegate_external_constants_pass_unlifted` writes
-# meta["custom"]["delegate_constant_tag"] (XNNPACK's node visitor reads it for delegate
-# constants); `to_executorch(ExecutorchBackendConfig(external_constants=...))` writes
-# meta["constant_tag"] on top-level placeholders. None as the dict means node.meta itself.
-EXTERNAL_TAG_KEYS: Final[tuple[tuple[Optional[str], str], ...]] = (
-    ("custom", "delegate_constant_tag"),
-    (None, "constant_tag"),
 )
 
 # A weight computation larger than this is declined rather than walked. Every walk is

@@ -22,20 +22,22 @@ from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._constants import (
-    ASSERTION_OPS,
+from xnnfold._meta import (
     CUSTOM_META_KEY,
-    EDGE_NO_DECOMP_NAMESPACE,
     EXTERNAL_TAG_KEYS,
+    PRESERVED_META_KEY,
+    SITE_META_KEY,
+    VAL_META_KEY,
+)
+from xnnfold.passes._ops import (
+    ASSERTION_OPS,
+    EDGE_NO_DECOMP_NAMESPACE,
     FILL_OPS,
     FOLDABLE_NAMESPACES,
     GEMM_ARGS,
-    PRESERVED_META_KEY,
     GETITEM,
-    SITE_META_KEY,
     SYMBOLIC_SCALAR_OPS,
     UNFOLDABLE_OPS,
-    VAL_META_KEY,
 )
 
 __all__ = [

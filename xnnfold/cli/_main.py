@@ -9,14 +9,14 @@ import warnings
 from typing import Optional, Sequence
 
 from xnnfold._lazy import LOWERING_EXTRA_HINT, missing_lowering_package
-from xnnfold._noise import quiet_upstream_noise
+from xnnfold.cli._noise import quiet_upstream_noise
 
 __all__ = ["main"]
 
 
 def _demo(args: argparse.Namespace) -> int:
     # Imported here so that `xnnfold --help` answers without loading torch.
-    from xnnfold._compare import compare_fixture, format_table
+    from xnnfold.cli._demo import compare_fixture, format_table
     from xnnfold.fixtures import DEFAULT_FIXTURE, FIXTURES
 
     name = DEFAULT_FIXTURE if args.fixture is None else args.fixture
@@ -88,10 +88,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="seconds of timed calls after which a slow variant (stock) stops being timed",
     )
     demo.set_defaults(func=_demo)
-    from xnnfold.rewriter._codemod_driver import add_codemod_parser
+    from xnnfold.rewriter.codemod._driver import add_codemod_parser
 
     add_codemod_parser(sub, parents=[verbose])
-    from xnnfold._export_cli import add_export_parser
+    from xnnfold.cli._export import add_export_parser
 
     add_export_parser(sub, parents=[verbose])
     args = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Sequence, Type, Union
+from typing import Callable, Optional, Sequence, Type, Union
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -32,185 +32,57 @@ from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.delegate import executorch_call_delegate
 from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
-from torch.fx import Graph, Node
+from torch.fx import Node
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold.passes._compat import check_releases, installed_version as _installed, supports_bf16
-from xnnfold.passes._configs import (
+from xnnfold._upstream import check_releases, installed_version as _installed, supports_bf16
+from xnnfold.passes.partition._configs import (
     FOLDING_GEMM_CONFIGS,
     FoldingGEMMMixin,
-    written_elsewhere,
 )
-from xnnfold.passes._constants import (
-    ATEN_GEMM_ARGS,
-    CONVOLUTION_TARGETS,
+from xnnfold._meta import (
     CUSTOM_META_KEY,
-    DEFAULT_MAX_FOLD_NODES,
     DELEGATION_TAG_META_KEY,
-    EDGE_GEMM_ARGS,
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
     PRESERVED_META_KEY,
-    PRESERVE_BLOCKLIST,
-    QUANTIZATION_NAMESPACES,
     REASON_META_KEY,
-    VAL_META_KEY,
 )
-from xnnfold.passes._arguments import (
-    addmm_problem,
-    deconvolution_problem,
-    shared_kernel_problem,
+from xnnfold.passes._ops import (
+    DEFAULT_MAX_FOLD_NODES,
+    EDGE_GEMM_ARGS,
+    QUANTIZATION_NAMESPACES,
 )
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._decompositions import decomposed_ops, filter_is_redundant
-from xnnfold.passes._fold import has_fold_marks
-from xnnfold.passes._hook import install_preprocess_hook
-from xnnfold.passes._reasons import (
+from xnnfold.passes.partition._aten_plan import (
+    aten_plan,
+    AtenPlan,
+    constant_computation,
+)
+from xnnfold.passes.partition._decompositions import filter_is_redundant
+from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, DisjointSets
+from xnnfold.passes.fold._pass import has_fold_marks
+from xnnfold.passes.fold._hook import install_preprocess_hook
+from xnnfold.passes.report._reasons import (
     collect_why_reasons,
     module_path,
     reads_parameters,
 )
-from xnnfold.passes._predicates import (
-    find_weight_computation,
-    is_constant_node,
-    is_constant_source,
-    is_float32,
+from xnnfold.passes.partition._predicates import (
     is_gemm,
     op_overload,
     Rejection,
     stored_constants,
     value_bytes,
-    WeightComputation,
 )
 
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
 
 logger = logging.getLogger(__name__)
 
-
-def folding_configs(
-    configs: Sequence[Type[XNNPartitionerConfig]],
-) -> list[Type[XNNPartitionerConfig]]:
-    """``configs`` with each stock GEMM config replaced by its folding version."""
-    return [FOLDING_GEMM_CONFIGS.get(config, config) for config in configs]
-
-
-def _keepable(op: torch._ops.OpOverload) -> bool:
-    """Ops executorch can keep out of decomposition (no mutation, no aliasing, one
-    output: `_remove_invalid_ops_for_not_decompose` drops multi-output ops such as
-    `var_mean` with an "aliases output" warning, so asking for them only adds noise)."""
-    if op in PRESERVE_BLOCKLIST or op not in decomposed_ops():
-        return False
-    schema = op._schema
-    return (
-        not schema.is_mutable
-        and len(schema.returns) == 1
-        and schema.returns[0].alias_info is None
-    )
-
-
-_FULLY_CONNECTED = frozenset(
-    {
-        torch.ops.aten.linear.default,
-        torch.ops.aten.addmm.default,
-        torch.ops.aten.mm.default,
-        torch.ops.aten.matmul.default,
-    }
-)
-
-
-def _aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
-    """The ATen-level part of the XNNPACK GEMM checks that a computed weight can't pass.
-
-    Keeping an op undecomposed is only safe if its GEMM is then delegated: an undelegated
-    `_weight_norm` would need a portable kernel that does not exist. With
-    ``force_non_static_weights_for_f32_linear`` the fully-connected GEMMs take their fp32
-    weights at run time and never fold them.
-    """
-    if force_non_static_weights and node.target in _FULLY_CONNECTED:
-        return False
-    weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
-    if not isinstance(weight, Node) or not is_float32(weight):
-        return False
-    rank = weight.meta[VAL_META_KEY].dim()
-    activation = node.args[1] if node.target is torch.ops.aten.addmm.default else node.args[0]
-    if not is_float32(activation):
-        return False
-    if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
-        return rank == 2
-    act = activation.meta[VAL_META_KEY]
-    if node.target in (torch.ops.aten.matmul.default, torch.ops.aten.linear.default):
-        # On a non-contiguous batched activation (x.movedim(1, -1)) torch decomposes both
-        # into expand + bmm, and executorch does not keep the linear: nothing would take
-        # the kept weight ops.
-        if act.dim() > 2 and not act.is_contiguous():
-            return False
-        min_act_rank = 2 if node.target is torch.ops.aten.matmul.default else 1
-        return rank == 2 and act.dim() >= min_act_rank
-    return rank in (3, 4)  # convolutions: XNNPACK takes 1D and 2D
-
-
-def _argument_problem(
-    node: Node,
-    *,
-    force_non_static_weights: bool,
-    constant_or_foldable: Callable[[int], bool],
-) -> Optional[str]:
-    """The edge configs' argument rules (`_arguments`), on an ATen GEMM."""
-    target = node.target
-    if target in CONVOLUTION_TARGETS:
-        problem = shared_kernel_problem(node, 1)
-        if problem is not None:
-            return problem
-    if target is torch.ops.aten.addmm.default:
-        return addmm_problem(
-            node,
-            fold=True,
-            force_non_static_weights=force_non_static_weights,
-            constant_or_foldable=constant_or_foldable,
-        )
-    if target is torch.ops.aten.convolution.default:
-        return deconvolution_problem(
-            transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
-        )
-    if target in _ATEN_DECONVOLUTIONS:
-        args = node.args
-        return deconvolution_problem(
-            transposed=True,
-            stride=_spatial(args[3] if len(args) > 3 else node.kwargs.get("stride", 1)),
-            output_padding=_spatial(
-                args[5] if len(args) > 5 else node.kwargs.get("output_padding", 0)
-            ),
-        )
-    return None
-
-
-def _spatial(value: object) -> list[int]:
-    return list(value) if isinstance(value, (list, tuple)) else [int(value)]  # type: ignore[call-overload]
-
-
 # What the configs write onto a GEMM they accept (cleared before each matching).
 _MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY)
-
-_ATEN_DECONVOLUTIONS = frozenset(
-    {torch.ops.aten.conv_transpose1d.default, torch.ops.aten.conv_transpose2d.input}
-)
-
-
-@dataclass(frozen=True)
-class _AtenPlan:
-    """What the ATen program's GEMMs will do, by node name (a Node refers to its graph
-    and would keep the weak key below alive): the ops of foldable weight computations
-    that must be kept from decomposition, and the GEMMs that will not fold, whose
-    computed weights and biases therefore keep reading their sources."""
-
-    preserved: dict[str, torch._ops.OpOverload]
-    not_folding: frozenset[str]
-
-
-_PLANS: "weakref.WeakKeyDictionary[Graph, tuple[object, _AtenPlan]]" = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -260,134 +132,6 @@ class _ConstantFacts:
 _CONSTANT_FACTS = _ConstantFacts()
 
 
-def _aten_plan(
-    ep: ExportedProgram,
-    options: FoldOptions,
-    *,
-    force_non_static_weights: bool,
-    written_buffers: frozenset[str] = frozenset(),
-    stored_elsewhere: frozenset[str] = frozenset(),
-) -> _AtenPlan:
-    """The nodes of foldable weight computations whose op the decompositions would
-    change (none of a computation that reads a buffer in ``written_buffers``), and the
-    GEMMs the edge configs will not fold. With ``force_non_static_weights`` no bias
-    folds (the stock configs take fp32 biases at run time then) and no fully-connected
-    weight either."""
-    graph = ep.graph
-    key = (len(graph.nodes), options, force_non_static_weights, written_buffers, stored_elsewhere)
-    cached = _PLANS.get(graph)
-    if cached is not None and cached[0] == key:
-        return cached[1]
-    preserved: dict[str, torch._ops.OpOverload] = {}
-    not_folding: set[str] = set()
-    input_dependent: Optional[set[Node]] = None
-    for node in graph.nodes:
-        positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
-        if positions is None:
-            continue
-        if not _aten_gemm_delegable(node, force_non_static_weights=force_non_static_weights):
-            # Not in itself a verdict on folding (a matmul of a 1-D activation becomes an
-            # mm the edge configs may still fold): only its ops are not kept.
-            if _never_folds(node, force_non_static_weights=force_non_static_weights) and any(
-                _constant_computation(ep, node, i) for i in positions
-            ):
-                not_folding.add(node.name)
-            continue
-        results: dict[int, Optional[WeightComputation]] = {}
-        for index in positions:
-            result = find_weight_computation(
-                node,
-                index,
-                ep,
-                arg_positions=positions,
-                options=options,
-                stored_elsewhere=stored_elsewhere,
-            )
-            ok = isinstance(result, WeightComputation) and not written_elsewhere(
-                result, ep, set(written_buffers)
-            )
-            results[index] = result if ok else None  # type: ignore[assignment]
-
-        def constant_or_foldable(index: int) -> bool:
-            arg = node.args[index] if index < len(node.args) else None
-            if arg is None:
-                return True
-            if isinstance(arg, Node) and arg.op == "placeholder":
-                return is_constant_source(ep, arg, written_buffers)
-            return results[index] is not None
-
-        # Ops are kept only for a GEMM the edge configs will then take with every
-        # argument in its partition: a kept op outside a delegate has no kernel at all.
-        # (With force_non_static_weights the stock configs take biases at run time.)
-        checked = positions[:1] if force_non_static_weights else positions
-        declined = [i for i in checked if not constant_or_foldable(i)]
-        if declined or _argument_problem(
-            node,
-            force_non_static_weights=force_non_static_weights,
-            constant_or_foldable=constant_or_foldable,
-        ):
-            # The edge configs apply the same argument and computation rules: this GEMM
-            # will not fold its declined arguments, so their constant computations keep
-            # their sources. (Not its other arguments: a quantized GEMM's weight is
-            # declined here, a dequantize, and the edge configs still fold its bias.)
-            # An argument computed at run time where a constant is needed (an addmm's
-            # residual bias) leaves the whole GEMM on portable: every constant
-            # computation it reads keeps its sources.
-            if input_dependent is None:
-                input_dependent = _input_dependent(ep, written_buffers)
-            whole = not declined or any(
-                isinstance(arg, Node) and arg in input_dependent
-                for arg in (node.args[i] for i in declined if i < len(node.args))
-            )
-            if any(
-                _constant_computation(ep, node, i) for i in (positions if whole else declined)
-            ):
-                not_folding.add(node.name)
-            continue
-        if force_non_static_weights and any(
-            _constant_computation(ep, node, i) for i in positions[1:]
-        ):
-            # Its computed bias is taken at run time, and reads its sources there.
-            not_folding.add(node.name)
-        for result in results.values():
-            for member in result.nodes if result is not None else ():
-                op = op_overload(member.target)
-                if op is not None and _keepable(op):
-                    preserved[member.name] = op
-    plan = _AtenPlan(preserved, frozenset(not_folding))
-    _PLANS[graph] = (key, plan)
-    return plan
-
-
-def _constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
-    """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
-    its sources at run time if the GEMM does not fold it."""
-    arg = gemm.args[index] if index < len(gemm.args) else None
-    return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
-
-
-def _input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set[Node]:
-    """The nodes computed at run time: from the program's inputs or from a buffer some
-    method writes. Unlike the fold rules' constant map, a dequantized weight is not one."""
-    signature = ep.graph_signature
-    written = written_buffers | set(signature.buffers_to_mutate.values())
-    starts = {
-        spec.arg.name
-        for spec in signature.input_specs
-        if spec.kind == InputKind.USER_INPUT
-        or (spec.kind == InputKind.BUFFER and spec.target in written)
-    }
-    found: set[Node] = set()
-    for node in ep.graph.nodes:
-        if node.op == "placeholder":
-            run_time = node.name in starts
-        else:
-            run_time = any(arg in found for arg in node.all_input_nodes)
-        if run_time:
-            found.add(node)
-    return found
-
-
 def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> bool:
     """Whether folding the computation ``members`` spares a copy of ``source``: a group
     other than the one holding it reads it, only through ``members``."""
@@ -402,24 +146,6 @@ def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> 
     return any(all(user in members for user in users) for users in readers.values())
 
 
-def _never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
-    """The ATen GEMMs no edge config folds: fully-connected ones whose weights are taken
-    at run time, convolutions XNNPACK does not take (3D), and a matmul on a
-    non-contiguous batched activation (decomposed to expand + bmm, whose operands are
-    not folded; a linear there still folds)."""
-    if force_non_static_weights and node.target in _FULLY_CONNECTED:
-        return True
-    weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
-    if not isinstance(weight, Node) or not isinstance(weight.meta.get(VAL_META_KEY), torch.Tensor):
-        return False
-    if node.target in CONVOLUTION_TARGETS:
-        return weight.meta[VAL_META_KEY].dim() not in (3, 4)
-    if node.target is torch.ops.aten.matmul.default:
-        act = node.args[0].meta.get(VAL_META_KEY) if isinstance(node.args[0], Node) else None
-        return isinstance(act, torch.Tensor) and act.dim() > 2 and not act.is_contiguous()
-    return False
-
-
 def _mark_preserved(node: Node) -> None:
     # Recorded in "custom", the one meta dict the decompositions carry over, so partition()
     # can check every kept op ended up in a delegate.
@@ -428,158 +154,11 @@ def _mark_preserved(node: Node) -> None:
     node.meta[CUSTOM_META_KEY] = custom
 
 
-def _contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> bool:
-    """True when the graph stays acyclic with each node set contracted to one node.
-
-    Checking each partition on its own is not enough: two partitions can each be valid
-    and still depend on each other, which only shows once both are fused.
-    """
-    unit: dict[Node, int] = {}
-    for index, nodes in enumerate(node_sets):
-        for node in nodes:
-            unit[node] = index
-    next_id = len(node_sets)
-    for node in graph.nodes:
-        if node not in unit:
-            unit[node] = next_id
-            next_id += 1
-    edges: dict[int, set[int]] = {}
-    indegree = [0] * next_id
-    for node in graph.nodes:
-        source = unit[node]
-        for user in node.users:
-            target = unit[user]
-            if target != source and target not in edges.setdefault(source, set()):
-                edges[source].add(target)
-                indegree[target] += 1
-    ready = [u for u in range(next_id) if indegree[u] == 0]
-    visited = 0
-    while ready:
-        current = ready.pop()
-        visited += 1
-        for target in edges.get(current, ()):
-            indegree[target] -= 1
-            if indegree[target] == 0:
-                ready.append(target)
-    return visited == next_id
-
-
-def _between(group: set[Node]) -> set[Node]:
-    """Nodes outside ``group`` on a path from one of its nodes to another."""
-    down: set[Node] = set()
-    stack = [u for n in group for u in n.users if u not in group]
-    while stack:
-        node = stack.pop()
-        if node not in down:
-            down.add(node)
-            stack.extend(u for u in node.users if u not in group)
-    between: set[Node] = set()
-    stack = [i for n in group for i in n.all_input_nodes if i in down]
-    while stack:
-        node = stack.pop()
-        if node not in between:
-            between.add(node)
-            stack.extend(i for i in node.all_input_nodes if i in down)
-    return between
-
-
-def _convex_groups(graph: Graph, groups: list[set[Node]]) -> list[set[Node]]:
-    """Merge into each group the groups of the nodes between its members.
-
-    Two chained GEMMs whose weights share a packed source form one group; the permute
-    between them is a group of its own, and without it the group depends on itself.
-    """
-    owner = {node: i for i, group in enumerate(groups) for node in group}
-    merged = [set(g) for g in groups]
-    alive = set(range(len(groups)))
-    changed = True
-    while changed:
-        changed = False
-        for i in sorted(alive):
-            if i not in alive:
-                continue
-            inside = {owner[n] for n in _between(merged[i]) if n in owner} - {i}
-            for j in inside & alive:
-                merged[i] |= merged[j]
-                for node in merged[j]:
-                    owner[node] = i
-                alive.discard(j)
-                changed = True
-    return [merged[i] for i in sorted(alive)]
-
-
-def _acyclic_grouping(graph: Graph, groups: Sequence[Iterable[Node]]) -> list[Partition]:
-    """Merge node groups into partitions, never splitting a group, never making a cycle.
-
-    executorch's GroupBasedPartitioner checks merges node by node, which misses a cycle
-    through a group whose GEMMs read different activations (the q and kv projections of
-    a cross-attention sharing a packed weight). Used only when its result has one.
-    """
-    order = {node: i for i, node in enumerate(graph.nodes)}
-    pending = sorted(
-        _convex_groups(graph, [set(g) for g in groups if g]),
-        key=lambda g: min(order[n] for n in g),
-    )
-    partitions: list[set[Node]] = []
-    owner: dict[Node, int] = {}
-    for group in pending:
-        neighbours = {
-            owner[other]
-            for node in group
-            for other in (*node.all_input_nodes, *node.users)
-            if other in owner
-        }
-        candidates = sorted(neighbours, reverse=True)
-        if partitions and len(partitions) - 1 not in neighbours:
-            candidates.append(len(partitions) - 1)
-        for index in candidates:
-            trial = [p if i != index else p | group for i, p in enumerate(partitions)]
-            if _contracted_acyclic(graph, trial):
-                partitions[index] |= group
-                owner.update(dict.fromkeys(group, index))
-                break
-        else:
-            if not _contracted_acyclic(graph, [*partitions, group]):
-                raise RuntimeError(
-                    "xnnfold: the nodes "
-                    f"{sorted(n.name for n in group)[:6]} must share one delegate but "
-                    "depend on each other through nodes outside it. Lower this model "
-                    "with XnnpackFoldingPartitioner(fold=False) and report the model."
-                )
-            owner.update(dict.fromkeys(group, len(partitions)))
-            partitions.append(group)
-    return [Partition(id=i, nodes=list(p)) for i, p in enumerate(partitions)]
-
-
-class _DisjointSets:
-    """Union-find over nodes, iterative.
-
-    executorch's `DSJ` finds roots recursively, and its unions chain every node of one
-    partition behind the next: a partition of about a thousand nodes (a weight computed
-    by a few hundred elementwise steps) exceeds Python's recursion limit. Same unions,
-    same roots and the same group order, without the recursion.
-    """
-
-    def __init__(self) -> None:
-        self.parent: dict[Node, Node] = {}
-
-    def find(self, node: Node) -> Node:
-        parent = self.parent
-        root = parent.setdefault(node, node)
-        while parent[root] is not root:
-            root = parent[root]
-        while parent[node] is not root:
-            parent[node], node = root, parent[node]
-        return root
-
-    def union(self, a: Node, b: Node) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-    def groups(self) -> list[list[Node]]:
-        groups: dict[Node, set[Node]] = {}
-        for node in list(self.parent):
-            groups.setdefault(self.find(node), set()).add(node)
-        return [list(group) for group in groups.values()]
+def folding_configs(
+    configs: Sequence[Type[XNNPartitionerConfig]],
+) -> list[Type[XNNPartitionerConfig]]:
+    """``configs`` with each stock GEMM config replaced by its folding version."""
+    return [FOLDING_GEMM_CONFIGS.get(config, config) for config in configs]
 
 
 class XnnpackFoldingPartitioner(XnnpackPartitioner):
@@ -685,7 +264,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         ]
 
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
-        """executorch's grouping of every config's partition (with `_DisjointSets`),
+        """executorch's grouping of every config's partition (with `DisjointSets`),
         repeated until every fold it accepts still holds.
 
         The predicate counts another GEMM's weight computation as a reader that folds
@@ -764,7 +343,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 continue
             marks = node.meta.get(FOLD_META_KEY, {}) if node in members else {}
             if any(
-                index not in marks and _constant_computation(ep, node, index)
+                index not in marks and constant_computation(ep, node, index)
                 for index in positions
             ):
                 found.add(node.name)
@@ -776,7 +355,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 node.meta.pop(key, None)
         self.rejections.clear()
         self._argument_problems.clear()
-        sets = _DisjointSets()
+        sets = DisjointSets()
         for node in ep.graph_module.graph.nodes:
             if node.op != "call_function":
                 continue
@@ -799,15 +378,15 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The stock partitions, unless GEMMs that share a weight computation (a packed
         projection's split) were grouped into a partition that forms a dependency cycle
-        with another: then the groups are merged by `_acyclic_grouping` instead."""
+        with another: then the groups are merged by `acyclic_grouping` instead."""
         self._shared_folds.clear()
         partitions = super().generate_partitions(ep)
-        if not self._shared_folds or _contracted_acyclic(
+        if not self._shared_folds or contracted_acyclic(
             ep.graph, [list(p.nodes) for p in partitions]
         ):
             return partitions
         # The GEMMs of a shared computation must share a delegate; group them ourselves.
-        return _acyclic_grouping(ep.graph, self.get_matched_nodes_from_configs(ep))
+        return acyclic_grouping(ep.graph, self.get_matched_nodes_from_configs(ep))
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
@@ -887,9 +466,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             fact.stored |= fqn in stored
         self._refresh_facts()
 
-    def _plan(self, ep: ExportedProgram) -> _AtenPlan:
-        """`_aten_plan` with this partitioner's options and the facts known so far."""
-        return _aten_plan(
+    def _plan(self, ep: ExportedProgram) -> AtenPlan:
+        """`aten_plan` with this partitioner's options and the facts known so far."""
+        return aten_plan(
             ep,
             self.options,
             force_non_static_weights=self._force_non_static_weights,

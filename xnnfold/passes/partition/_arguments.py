@@ -23,12 +23,8 @@ import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from xnnfold.passes._constants import (
-    CONVOLUTION_TARGETS,
-    EDGE_PERMUTE,
-    EDGE_TRANSPOSES,
-    VAL_META_KEY,
-)
+from xnnfold._meta import VAL_META_KEY
+from xnnfold.passes._ops import CONVOLUTION_TARGETS, EDGE_PERMUTE, EDGE_TRANSPOSES
 
 __all__ = [
     "ADDMM_BIAS",

@@ -25,8 +25,8 @@ from executorch.exir.graph_module import get_control_flow_submodules
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._constants import DECOMPOSES_ONLY_TO
-from xnnfold.passes._predicates import op_overload
+from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
+from xnnfold.passes.partition._predicates import op_overload
 
 __all__ = ["decomposed_ops", "filter_is_redundant"]
 

@@ -63,7 +63,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
-from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding, UnparseableSource
+from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 
 __all__ = ["TRIGGER_IDENTIFIERS", "TRIGGER_WORDS", "apply_rules", "transform_source"]
 
@@ -130,7 +130,7 @@ _PREPARE: Final = frozenset(
     {
         "xnnfold.prepare_for_xnnpack",
         "xnnfold.rewriter.prepare_for_xnnpack",
-        "xnnfold.rewriter._prepare.prepare_for_xnnpack",
+        "xnnfold.rewriter._marking.prepare_for_xnnpack",
     }
 )
 _PREPARE_MODULE: Final = "xnnfold"

@@ -22,7 +22,7 @@ from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 from executorch.exir.backend.backend_details import CompileSpec, PreprocessResult
 from torch.export import ExportedProgram
 
-from xnnfold.passes._fold import FoldComputedWeightsPass, has_fold_marks
+from xnnfold.passes.fold._pass import FoldComputedWeightsPass, has_fold_marks
 
 __all__ = [
     "install_preprocess_hook",

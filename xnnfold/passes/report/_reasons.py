@@ -18,8 +18,9 @@ from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._constants import NN_MODULE_STACK_META_KEY, STOCK_WHY_LOGGERS
-from xnnfold.passes._predicates import is_gemm
+from xnnfold._meta import NN_MODULE_STACK_META_KEY
+from xnnfold.passes._ops import STOCK_WHY_LOGGERS
+from xnnfold.passes.partition._predicates import is_gemm
 
 __all__ = ["collect_why_reasons", "module_path", "reads_parameters"]
 

@@ -17,9 +17,10 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._constants import FOLD_META_KEY, GEMM_ARGS_BY_NAME, REASON_META_KEY
-from xnnfold.passes._predicates import arg_role, op_overload, site_of
-from xnnfold.passes._reasons import module_path
+from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
+from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
+from xnnfold.passes.partition._predicates import arg_role, op_overload, site_of
+from xnnfold.passes.report._reasons import module_path
 
 __all__ = ["ExplainReport", "GemmRow", "explain"]
 

@@ -8,7 +8,7 @@ says the name is a plain ``module.Class`` path, so run it as::
 (``--no-format``: the tool otherwise pipes every file through ``black``). The command's own
 flags are ``--no-migrate-weight-norm``, ``--migrate-spectral-norm``, ``--no-wire-export`` and
 ``--force``; each finding is printed as a warning ``line:col: CODE message``. The rules are
-`xnnfold.rewriter._codemod_rules` (see its docstring for the code table); ``xnnfold
+`xnnfold.rewriter.codemod._rules` (see its docstring for the code table); ``xnnfold
 codemod`` runs the same rules with its own driver.
 """
 
@@ -19,8 +19,8 @@ import argparse
 import libcst as cst
 from libcst.codemod import CodemodCommand, CodemodContext
 
-from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding, UnparseableSource
-from xnnfold.rewriter._codemod_rules import apply_rules, transform_source
+from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
+from xnnfold.rewriter.codemod._rules import apply_rules, transform_source
 
 __all__ = [
     "CodemodOptions",

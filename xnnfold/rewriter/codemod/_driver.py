@@ -26,10 +26,10 @@ Walking (documented in ``xnnfold codemod --help``):
   sorted order; the others are skipped. (A rewrite replaces the file, so other hard links
   keep the old content.)
 
-Speed: a file whose bytes hold none of the names the rules match (`TRIGGER_WORDS`,
-`TRIGGER_IDENTIFIERS`, or the rules' own lists if they publish them) and that Python
-compiles is counted as unchanged without being parsed by libcst; anything else, including
-every file Python cannot compile, goes to the rules. In ``--report`` and ``--check`` modes
+Speed: a file whose bytes hold none of the names the rules match (their `TRIGGER_WORDS`
+and `TRIGGER_IDENTIFIERS`) and that Python compiles is counted as unchanged without being
+parsed by libcst; anything else, including every file Python cannot compile, goes to the
+rules. In ``--report`` and ``--check`` modes
 the rules are asked only whether a rewrite is pending (``rewrite=False``), not for the new
 bytes, which skips libcst's import rewriting. ``-j N`` spreads files over N processes in
 chunks; results are sorted by path, so output does not depend on N.
@@ -55,7 +55,7 @@ import tokenize
 import warnings
 from typing import Callable, Final, Iterable, Literal, Optional, Sequence, TextIO, Union
 
-from xnnfold.rewriter._codemod_api import CodemodOptions, FileOutcome, Finding, UnparseableSource
+from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 
 __all__ = [
     "CodemodSummary",
@@ -63,8 +63,6 @@ __all__ = [
     "MODES",
     "PRUNED_DIR_NAMES",
     "SkippedPath",
-    "TRIGGER_IDENTIFIERS",
-    "TRIGGER_WORDS",
     "add_codemod_parser",
     "format_summary",
     "main",
@@ -100,47 +98,22 @@ _NOTEBOOK_SUFFIX: Final = ".ipynb"
 _PY_SUFFIX: Final = ".py"
 _TMP_SUFFIX: Final = ".xnnfold-tmp"
 
-# The pre-filter. Parsing with scope and qualified-name metadata is what a run costs
-# (~0.1-0.4 s a file here), and most files of a real tree hold nothing the rules look at.
-# Every rule matches either a qualified name or a legacy key, and the last component of a
-# qualified name is always spelled in the file (``import x as y`` spells ``x``); so a file
-# whose bytes contain none of these can produce no finding and is not given to the rules.
-# Substrings: names and keys long enough not to occur by chance.
-TRIGGER_WORDS: Final[tuple[bytes, ...]] = (
-    b"weight_norm",
-    b"spectral_norm",
-    b"parametriz",
-    b"orthogonal",
-    b"export",
-    b"to_edge_transform_and_lower",
-    b"XnnpackPartitioner",
-    b"weight_g",
-    b"weight_v",
-    b"weight_orig",
-    b"weight_u",
-    b"state_dict",
-)
-# Whole identifiers: the GEMMs whose weight argument the rules examine in forward. As
-# substrings "mm" and "conv" would match nearly every file ("summary", self.conv1).
-TRIGGER_IDENTIFIERS: Final[tuple[bytes, ...]] = (
-    b"conv1d",
-    b"conv2d",
-    b"conv3d",
-    b"conv_transpose1d",
-    b"conv_transpose2d",
-    b"conv_transpose3d",
-    b"linear",
-    b"matmul",
-    b"mm",
-    b"addmm",
-)
-
-
 def trigger_pattern(
-    words: Iterable[Union[str, bytes]] = TRIGGER_WORDS,
-    identifiers: Iterable[Union[str, bytes]] = TRIGGER_IDENTIFIERS,
+    words: Optional[Iterable[Union[str, bytes]]] = None,
+    identifiers: Optional[Iterable[Union[str, bytes]]] = None,
 ) -> re.Pattern[bytes]:
-    """One regex that finds any of ``words`` (substrings) or ``identifiers`` (whole)."""
+    """One regex that finds any of ``words`` (substrings) or ``identifiers`` (whole).
+
+    By default the rules' own `TRIGGER_WORDS` and `TRIGGER_IDENTIFIERS`: every rule matches
+    a qualified name or a legacy key, and the last component of a qualified name is always
+    spelled in the file (``import x as y`` spells ``x``), so a file whose bytes contain
+    none of them can produce no finding and need not be parsed (~0.1-0.4 s a file).
+    """
+    if words is None or identifiers is None:
+        from xnnfold.rewriter.codemod import _rules
+
+        words = _rules.TRIGGER_WORDS if words is None else words
+        identifiers = _rules.TRIGGER_IDENTIFIERS if identifiers is None else identifiers
 
     def alternatives(items: Iterable[Union[str, bytes]]) -> bytes:
         encoded = sorted({i.encode() if isinstance(i, str) else i for i in items}, key=len, reverse=True)
@@ -554,14 +527,9 @@ class _Progress:
 
 def _real_transform() -> tuple[Transform, re.Pattern[bytes]]:
     # Imported lazily: the rules pull in libcst, which the CLI's --help does not need.
-    from xnnfold.rewriter import _codemod_rules
+    from xnnfold.rewriter.codemod import _rules
 
-    # The rules know best what they look for; the driver's lists are the fallback.
-    pattern = trigger_pattern(
-        getattr(_codemod_rules, "TRIGGER_WORDS", TRIGGER_WORDS),
-        getattr(_codemod_rules, "TRIGGER_IDENTIFIERS", TRIGGER_IDENTIFIERS),
-    )
-    return _codemod_rules.transform_source, pattern
+    return _rules.transform_source, trigger_pattern()
 
 
 def run_codemod(
@@ -588,14 +556,12 @@ def run_codemod(
             None when the stream is a TTY and there are at least 200 files.
         progress_stream: where the bar goes (default ``sys.stderr``).
         transform: the per-file rule, ``transform(code, *, options) -> FileOutcome``;
-            default the real rules (``_codemod_rules.transform_source``). Must be picklable
+            default the real rules (``_rules.transform_source``). Must be picklable
             (a module-level function) when ``jobs != 1``.
         prefilter: files whose bytes this pattern does not match, and which Python
             compiles, are counted as unchanged without being given to the rules. None
-            (default): on with the real rules (`trigger_pattern` of the rules' own
-            ``TRIGGER_WORDS`` / ``TRIGGER_IDENTIFIERS`` if they publish them, else of this
-            module's), off with an injected ``transform``; True / False: on / off; or a
-            pattern.
+            (default): on with the real rules (`trigger_pattern`), off with an injected
+            ``transform``; True / False: on / off; or a pattern.
 
     Returns:
         A `CodemodSummary`, files sorted by path.

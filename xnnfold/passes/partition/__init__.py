@@ -1,0 +1,8 @@
+"""Partitioning: which GEMMs take their computed weight into an XNNPACK delegate.
+
+`_predicates` holds the rules that decide "foldable" (shared with the fold pass),
+`_arguments` the per-argument audit of each GEMM, `_configs` the XNNPACK GEMM configs
+that apply them, `_aten_plan` the decision made before decomposition, `_grouping` the
+cycle-free grouping of partitions, `_decompositions` what executorch may decompose, and
+`_partitioner` the partitioner that ties them together.
+"""

@@ -1,0 +1,306 @@
+"""The partitioner's decision before decomposition: which ops to keep, which GEMMs won't fold.
+
+executorch asks a partitioner which ATen ops to keep out of decomposition before it
+partitions the edge program. A kept op must then land in a delegate (an undelegated
+`_weight_norm` has no portable kernel), so the ops of a weight computation are kept only
+for a GEMM the edge configs will take with every argument; and a GEMM that will not fold
+keeps its computed arguments' sources, which another GEMM's fold must not then drop.
+`aten_plan` answers both on the ATen program, with the same rules the edge configs apply.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.fx import Graph, Node
+
+from xnnfold._meta import VAL_META_KEY
+from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BLOCKLIST
+from xnnfold.passes._options import FoldOptions
+from xnnfold.passes.partition._arguments import (
+    addmm_problem,
+    deconvolution_problem,
+    shared_kernel_problem,
+)
+from xnnfold.passes.partition._configs import written_elsewhere
+from xnnfold.passes.partition._decompositions import decomposed_ops
+from xnnfold.passes.partition._predicates import (
+    find_weight_computation,
+    is_constant_node,
+    is_constant_source,
+    is_float32,
+    op_overload,
+    WeightComputation,
+)
+
+__all__ = [
+    "AtenPlan",
+    "aten_plan",
+    "constant_computation",
+    "input_dependent",
+    "keepable",
+]
+
+
+def keepable(op: torch._ops.OpOverload) -> bool:
+    """Ops executorch can keep out of decomposition (no mutation, no aliasing, one
+    output: `_remove_invalid_ops_for_not_decompose` drops multi-output ops such as
+    `var_mean` with an "aliases output" warning, so asking for them only adds noise)."""
+    if op in PRESERVE_BLOCKLIST or op not in decomposed_ops():
+        return False
+    schema = op._schema
+    return (
+        not schema.is_mutable
+        and len(schema.returns) == 1
+        and schema.returns[0].alias_info is None
+    )
+
+
+_FULLY_CONNECTED = frozenset(
+    {
+        torch.ops.aten.linear.default,
+        torch.ops.aten.addmm.default,
+        torch.ops.aten.mm.default,
+        torch.ops.aten.matmul.default,
+    }
+)
+
+
+def aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
+    """The ATen-level part of the XNNPACK GEMM checks that a computed weight can't pass.
+
+    Keeping an op undecomposed is only safe if its GEMM is then delegated: an undelegated
+    `_weight_norm` would need a portable kernel that does not exist. With
+    ``force_non_static_weights_for_f32_linear`` the fully-connected GEMMs take their fp32
+    weights at run time and never fold them.
+    """
+    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+        return False
+    weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
+    if not isinstance(weight, Node) or not is_float32(weight):
+        return False
+    rank = weight.meta[VAL_META_KEY].dim()
+    activation = node.args[1] if node.target is torch.ops.aten.addmm.default else node.args[0]
+    if not is_float32(activation):
+        return False
+    if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
+        return rank == 2
+    act = activation.meta[VAL_META_KEY]
+    if node.target in (torch.ops.aten.matmul.default, torch.ops.aten.linear.default):
+        # On a non-contiguous batched activation (x.movedim(1, -1)) torch decomposes both
+        # into expand + bmm, and executorch does not keep the linear: nothing would take
+        # the kept weight ops.
+        if act.dim() > 2 and not act.is_contiguous():
+            return False
+        min_act_rank = 2 if node.target is torch.ops.aten.matmul.default else 1
+        return rank == 2 and act.dim() >= min_act_rank
+    return rank in (3, 4)  # convolutions: XNNPACK takes 1D and 2D
+
+
+def argument_problem(
+    node: Node,
+    *,
+    force_non_static_weights: bool,
+    constant_or_foldable: Callable[[int], bool],
+) -> Optional[str]:
+    """The edge configs' argument rules (`_arguments`), on an ATen GEMM."""
+    target = node.target
+    if target in CONVOLUTION_TARGETS:
+        problem = shared_kernel_problem(node, 1)
+        if problem is not None:
+            return problem
+    if target is torch.ops.aten.addmm.default:
+        return addmm_problem(
+            node,
+            fold=True,
+            force_non_static_weights=force_non_static_weights,
+            constant_or_foldable=constant_or_foldable,
+        )
+    if target is torch.ops.aten.convolution.default:
+        return deconvolution_problem(
+            transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
+        )
+    if target in _ATEN_DECONVOLUTIONS:
+        args = node.args
+        return deconvolution_problem(
+            transposed=True,
+            stride=_spatial(args[3] if len(args) > 3 else node.kwargs.get("stride", 1)),
+            output_padding=_spatial(
+                args[5] if len(args) > 5 else node.kwargs.get("output_padding", 0)
+            ),
+        )
+    return None
+
+
+def _spatial(value: object) -> list[int]:
+    return list(value) if isinstance(value, (list, tuple)) else [int(value)]  # type: ignore[call-overload]
+
+
+_ATEN_DECONVOLUTIONS = frozenset(
+    {torch.ops.aten.conv_transpose1d.default, torch.ops.aten.conv_transpose2d.input}
+)
+
+
+@dataclass(frozen=True)
+class AtenPlan:
+    """What the ATen program's GEMMs will do, by node name (a Node refers to its graph
+    and would keep the weak key below alive): the ops of foldable weight computations
+    that must be kept from decomposition, and the GEMMs that will not fold, whose
+    computed weights and biases therefore keep reading their sources."""
+
+    preserved: dict[str, torch._ops.OpOverload]
+    not_folding: frozenset[str]
+
+
+_PLANS: "weakref.WeakKeyDictionary[Graph, tuple[object, AtenPlan]]" = weakref.WeakKeyDictionary()
+
+
+def aten_plan(
+    ep: ExportedProgram,
+    options: FoldOptions,
+    *,
+    force_non_static_weights: bool,
+    written_buffers: frozenset[str] = frozenset(),
+    stored_elsewhere: frozenset[str] = frozenset(),
+) -> AtenPlan:
+    """The nodes of foldable weight computations whose op the decompositions would
+    change (none of a computation that reads a buffer in ``written_buffers``), and the
+    GEMMs the edge configs will not fold. With ``force_non_static_weights`` no bias
+    folds (the stock configs take fp32 biases at run time then) and no fully-connected
+    weight either."""
+    graph = ep.graph
+    key = (len(graph.nodes), options, force_non_static_weights, written_buffers, stored_elsewhere)
+    cached = _PLANS.get(graph)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    preserved: dict[str, torch._ops.OpOverload] = {}
+    not_folding: set[str] = set()
+    run_time: Optional[set[Node]] = None
+    for node in graph.nodes:
+        positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
+        if positions is None:
+            continue
+        if not aten_gemm_delegable(node, force_non_static_weights=force_non_static_weights):
+            # Not in itself a verdict on folding (a matmul of a 1-D activation becomes an
+            # mm the edge configs may still fold): only its ops are not kept.
+            if never_folds(node, force_non_static_weights=force_non_static_weights) and any(
+                constant_computation(ep, node, i) for i in positions
+            ):
+                not_folding.add(node.name)
+            continue
+        results: dict[int, Optional[WeightComputation]] = {}
+        for index in positions:
+            result = find_weight_computation(
+                node,
+                index,
+                ep,
+                arg_positions=positions,
+                options=options,
+                stored_elsewhere=stored_elsewhere,
+            )
+            ok = isinstance(result, WeightComputation) and not written_elsewhere(
+                result, ep, set(written_buffers)
+            )
+            results[index] = result if ok else None  # type: ignore[assignment]
+
+        def constant_or_foldable(index: int) -> bool:
+            arg = node.args[index] if index < len(node.args) else None
+            if arg is None:
+                return True
+            if isinstance(arg, Node) and arg.op == "placeholder":
+                return is_constant_source(ep, arg, written_buffers)
+            return results[index] is not None
+
+        # Ops are kept only for a GEMM the edge configs will then take with every
+        # argument in its partition: a kept op outside a delegate has no kernel at all.
+        # (With force_non_static_weights the stock configs take biases at run time.)
+        checked = positions[:1] if force_non_static_weights else positions
+        declined = [i for i in checked if not constant_or_foldable(i)]
+        if declined or argument_problem(
+            node,
+            force_non_static_weights=force_non_static_weights,
+            constant_or_foldable=constant_or_foldable,
+        ):
+            # The edge configs apply the same argument and computation rules: this GEMM
+            # will not fold its declined arguments, so their constant computations keep
+            # their sources. (Not its other arguments: a quantized GEMM's weight is
+            # declined here, a dequantize, and the edge configs still fold its bias.)
+            # An argument computed at run time where a constant is needed (an addmm's
+            # residual bias) leaves the whole GEMM on portable: every constant
+            # computation it reads keeps its sources.
+            if run_time is None:
+                run_time = input_dependent(ep, written_buffers)
+            whole = not declined or any(
+                isinstance(arg, Node) and arg in run_time
+                for arg in (node.args[i] for i in declined if i < len(node.args))
+            )
+            if any(
+                constant_computation(ep, node, i) for i in (positions if whole else declined)
+            ):
+                not_folding.add(node.name)
+            continue
+        if force_non_static_weights and any(
+            constant_computation(ep, node, i) for i in positions[1:]
+        ):
+            # Its computed bias is taken at run time, and reads its sources there.
+            not_folding.add(node.name)
+        for result in results.values():
+            for member in result.nodes if result is not None else ():
+                op = op_overload(member.target)
+                if op is not None and keepable(op):
+                    preserved[member.name] = op
+    plan = AtenPlan(preserved, frozenset(not_folding))
+    _PLANS[graph] = (key, plan)
+    return plan
+
+
+def constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
+    """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
+    its sources at run time if the GEMM does not fold it."""
+    arg = gemm.args[index] if index < len(gemm.args) else None
+    return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
+
+
+def input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set[Node]:
+    """The nodes computed at run time: from the program's inputs or from a buffer some
+    method writes. Unlike the fold rules' constant map, a dequantized weight is not one."""
+    signature = ep.graph_signature
+    written = written_buffers | set(signature.buffers_to_mutate.values())
+    starts = {
+        spec.arg.name
+        for spec in signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+        or (spec.kind == InputKind.BUFFER and spec.target in written)
+    }
+    found: set[Node] = set()
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            run_time = node.name in starts
+        else:
+            run_time = any(arg in found for arg in node.all_input_nodes)
+        if run_time:
+            found.add(node)
+    return found
+
+
+def never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
+    """The ATen GEMMs no edge config folds: fully-connected ones whose weights are taken
+    at run time, convolutions XNNPACK does not take (3D), and a matmul on a
+    non-contiguous batched activation (decomposed to expand + bmm, whose operands are
+    not folded; a linear there still folds)."""
+    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+        return True
+    weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
+    if not isinstance(weight, Node) or not isinstance(weight.meta.get(VAL_META_KEY), torch.Tensor):
+        return False
+    if node.target in CONVOLUTION_TARGETS:
+        return weight.meta[VAL_META_KEY].dim() not in (3, 4)
+    if node.target is torch.ops.aten.matmul.default:
+        act = node.args[0].meta.get(VAL_META_KEY) if isinstance(node.args[0], Node) else None
+        return isinstance(act, torch.Tensor) and act.dim() > 2 and not act.is_contiguous()
+    return False

@@ -1,0 +1,170 @@
+"""Cycle-free grouping of the nodes that must share a delegate.
+
+A computed weight shared by several GEMMs (a packed qkv weight) puts all of them, and the
+computation, in one delegate. executorch's grouping checks merges node by node and can
+miss a cycle through such a group; these helpers merge whole groups and check the
+contracted graph instead, without recursion (a weight computed in a thousand steps).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from torch.fx import Graph, Node
+from torch.fx.passes.infra.partitioner import Partition
+
+__all__ = ["DisjointSets", "acyclic_grouping", "contracted_acyclic"]
+
+
+def contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> bool:
+    """True when the graph stays acyclic with each node set contracted to one node.
+
+    Checking each partition on its own is not enough: two partitions can each be valid
+    and still depend on each other, which only shows once both are fused.
+    """
+    unit: dict[Node, int] = {}
+    for index, nodes in enumerate(node_sets):
+        for node in nodes:
+            unit[node] = index
+    next_id = len(node_sets)
+    for node in graph.nodes:
+        if node not in unit:
+            unit[node] = next_id
+            next_id += 1
+    edges: dict[int, set[int]] = {}
+    indegree = [0] * next_id
+    for node in graph.nodes:
+        source = unit[node]
+        for user in node.users:
+            target = unit[user]
+            if target != source and target not in edges.setdefault(source, set()):
+                edges[source].add(target)
+                indegree[target] += 1
+    ready = [u for u in range(next_id) if indegree[u] == 0]
+    visited = 0
+    while ready:
+        current = ready.pop()
+        visited += 1
+        for target in edges.get(current, ()):
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                ready.append(target)
+    return visited == next_id
+
+
+def _between(group: set[Node]) -> set[Node]:
+    """Nodes outside ``group`` on a path from one of its nodes to another."""
+    down: set[Node] = set()
+    stack = [u for n in group for u in n.users if u not in group]
+    while stack:
+        node = stack.pop()
+        if node not in down:
+            down.add(node)
+            stack.extend(u for u in node.users if u not in group)
+    between: set[Node] = set()
+    stack = [i for n in group for i in n.all_input_nodes if i in down]
+    while stack:
+        node = stack.pop()
+        if node not in between:
+            between.add(node)
+            stack.extend(i for i in node.all_input_nodes if i in down)
+    return between
+
+
+def _convex_groups(graph: Graph, groups: list[set[Node]]) -> list[set[Node]]:
+    """Merge into each group the groups of the nodes between its members.
+
+    Two chained GEMMs whose weights share a packed source form one group; the permute
+    between them is a group of its own, and without it the group depends on itself.
+    """
+    owner = {node: i for i, group in enumerate(groups) for node in group}
+    merged = [set(g) for g in groups]
+    alive = set(range(len(groups)))
+    changed = True
+    while changed:
+        changed = False
+        for i in sorted(alive):
+            if i not in alive:
+                continue
+            inside = {owner[n] for n in _between(merged[i]) if n in owner} - {i}
+            for j in inside & alive:
+                merged[i] |= merged[j]
+                for node in merged[j]:
+                    owner[node] = i
+                alive.discard(j)
+                changed = True
+    return [merged[i] for i in sorted(alive)]
+
+
+def acyclic_grouping(graph: Graph, groups: Sequence[Iterable[Node]]) -> list[Partition]:
+    """Merge node groups into partitions, never splitting a group, never making a cycle.
+
+    executorch's GroupBasedPartitioner checks merges node by node, which misses a cycle
+    through a group whose GEMMs read different activations (the q and kv projections of
+    a cross-attention sharing a packed weight). Used only when its result has one.
+    """
+    order = {node: i for i, node in enumerate(graph.nodes)}
+    pending = sorted(
+        _convex_groups(graph, [set(g) for g in groups if g]),
+        key=lambda g: min(order[n] for n in g),
+    )
+    partitions: list[set[Node]] = []
+    owner: dict[Node, int] = {}
+    for group in pending:
+        neighbours = {
+            owner[other]
+            for node in group
+            for other in (*node.all_input_nodes, *node.users)
+            if other in owner
+        }
+        candidates = sorted(neighbours, reverse=True)
+        if partitions and len(partitions) - 1 not in neighbours:
+            candidates.append(len(partitions) - 1)
+        for index in candidates:
+            trial = [p if i != index else p | group for i, p in enumerate(partitions)]
+            if contracted_acyclic(graph, trial):
+                partitions[index] |= group
+                owner.update(dict.fromkeys(group, index))
+                break
+        else:
+            if not contracted_acyclic(graph, [*partitions, group]):
+                raise RuntimeError(
+                    "xnnfold: the nodes "
+                    f"{sorted(n.name for n in group)[:6]} must share one delegate but "
+                    "depend on each other through nodes outside it. Lower this model "
+                    "with XnnpackFoldingPartitioner(fold=False) and report the model."
+                )
+            owner.update(dict.fromkeys(group, len(partitions)))
+            partitions.append(group)
+    return [Partition(id=i, nodes=list(p)) for i, p in enumerate(partitions)]
+
+
+class DisjointSets:
+    """Union-find over nodes, iterative.
+
+    executorch's `DSJ` finds roots recursively, and its unions chain every node of one
+    partition behind the next: a partition of about a thousand nodes (a weight computed
+    by a few hundred elementwise steps) exceeds Python's recursion limit. Same unions,
+    same roots and the same group order, without the recursion.
+    """
+
+    def __init__(self) -> None:
+        self.parent: dict[Node, Node] = {}
+
+    def find(self, node: Node) -> Node:
+        parent = self.parent
+        root = parent.setdefault(node, node)
+        while parent[root] is not root:
+            root = parent[root]
+        while parent[node] is not root:
+            parent[node], node = root, parent[node]
+        return root
+
+    def union(self, a: Node, b: Node) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+    def groups(self) -> list[list[Node]]:
+        groups: dict[Node, set[Node]] = {}
+        for node in list(self.parent):
+            groups.setdefault(self.find(node), set()).add(node)
+        return [list(group) for group in groups.values()]

@@ -1,0 +1,1 @@
+"""Reporting: why a GEMM was not delegated (`_reasons`), `explain` and `summarize`."""

@@ -1,0 +1,43 @@
+"""The codemod: find computed-weight sites in source, migrate legacy weight_norm, wire exports.
+
+It runs on source text with libcst alone (no torch, no executorch), so a linter job or a
+pre-commit hook can run it. `_rules` holds the per-file rules and the code table (XNF1xx
+...), `_driver` walks a tree of files and writes atomically, `_command` is the same rules
+as a ``python -m libcst.tool codemod`` command.
+"""
+
+from typing import TYPE_CHECKING
+
+from xnnfold._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from xnnfold.rewriter.codemod._api import (
+        CodemodOptions,
+        FileOutcome,
+        Finding,
+        UnparseableSource,
+    )
+    from xnnfold.rewriter.codemod._command import XnnfoldCodemod
+    from xnnfold.rewriter.codemod._rules import transform_source
+
+# Resolved on first access: the driver lives in this package, and `xnnfold codemod --help`
+# must not pay for libcst.
+_LAZY: dict[str, str] = {
+    "CodemodOptions": "xnnfold.rewriter.codemod._api",
+    "FileOutcome": "xnnfold.rewriter.codemod._api",
+    "Finding": "xnnfold.rewriter.codemod._api",
+    "UnparseableSource": "xnnfold.rewriter.codemod._api",
+    "XnnfoldCodemod": "xnnfold.rewriter.codemod._command",
+    "transform_source": "xnnfold.rewriter.codemod._rules",
+}
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+
+__all__ = [
+    "CodemodOptions",
+    "FileOutcome",
+    "Finding",
+    "UnparseableSource",
+    "XnnfoldCodemod",
+    "transform_source",
+]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 
 import pytest
 import torch
 import torch.nn.functional as F
+from executorch.exir.backend.utils import WhyNoPartition
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
@@ -166,3 +168,41 @@ def test_collecting_reasons_restores_logger_state_and_prints_nothing(
 def test_rejects_what_it_cannot_read() -> None:
     with pytest.raises(TypeError, match="to_edge_transform_and_lower"):
         xnnfold.explain(nn.Linear(2, 2))  # type: ignore[arg-type]
+
+
+
+def _logger_state() -> list[tuple[int, bool]]:
+    return [(logging.getLogger(n).level, logging.getLogger(n).propagate) for n in STOCK_WHY_LOGGERS]
+
+
+@pytest.mark.parametrize("first_out", [0, 1])
+def test_concurrent_collections_restore_the_loggers_in_any_order(first_out: int) -> None:
+    """Two lowerings in two threads, ending in either order, leave the loggers as found,
+    and each keeps only the reasons its own thread logged."""
+    before = _logger_state()
+    started = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+    seen: list[dict[str, str]] = [{}, {}]
+
+    def lowering(index: int) -> None:
+        node = torch.fx.Graph().placeholder(f"gemm_{index}")
+        with collect_why_reasons() as reasons:
+            WhyNoPartition(logging.getLogger(STOCK_WHY_LOGGERS[0]))(node, f"reason {index}")
+            started[index].set()
+            release[index].wait(10)
+        seen[index] = dict(reasons)
+
+    threads = [threading.Thread(target=lowering, args=(i,)) for i in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for event in started:
+        assert event.wait(10)
+    first, second = first_out, 1 - first_out
+    release[first].set()
+    threads[first].join(10)
+    # The other lowering still collects: its loggers must still reach DEBUG.
+    assert all(logging.getLogger(n).isEnabledFor(logging.DEBUG) for n in STOCK_WHY_LOGGERS)
+    release[second].set()
+    threads[second].join(10)
+    assert _logger_state() == before
+    assert seen == [{"gemm_0": "reason 0"}, {"gemm_1": "reason 1"}]

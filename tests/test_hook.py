@@ -1,49 +1,140 @@
-"""The preprocess hook: idempotent, reversible, and without effect on unmarked programs."""
+"""The preprocess hook: idempotent, reversible, beside other wrappers, inert on unmarked programs."""
 
 from __future__ import annotations
 
+import functools
+from typing import Any, Callable, Iterator
+
 import pytest
+import torch
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+from executorch.exir.lowered_backend_module import get_lowered_submodules
+from torch import nn
 
 import xnnfold
-from tests._lowering import fixture_by_name, lower_stock
+from tests._lowering import lower_stock
+from xnnfold.passes.fold import _hook
 
 
 @pytest.fixture
-def stock_preprocess():
+def stock_preprocess() -> Iterator[object]:
     xnnfold.uninstall_preprocess_hook()
     original = XnnpackBackend.__dict__["preprocess"]
     yield original
-    xnnfold.uninstall_preprocess_hook()
+    XnnpackBackend.preprocess = original  # undo a test's own wrapper, if it failed midway
     assert XnnpackBackend.__dict__["preprocess"] is original
 
 
-def test_install_is_idempotent(stock_preprocess) -> None:
+def _wrap_current() -> tuple[staticmethod, list[int]]:
+    """Another library's wrapper of `XnnpackBackend.preprocess`, with a call counter."""
+    inner = XnnpackBackend.preprocess
+    calls: list[int] = []
+
+    @functools.wraps(inner)
+    def theirs(*args: Any) -> Any:
+        calls.append(1)
+        return inner(*args)
+
+    wrapper = staticmethod(theirs)
+    XnnpackBackend.preprocess = wrapper
+    return wrapper, calls
+
+
+def test_install_is_idempotent(stock_preprocess: object) -> None:
     xnnfold.install_preprocess_hook()
     wrapper = XnnpackBackend.__dict__["preprocess"]
     xnnfold.install_preprocess_hook()
     assert XnnpackBackend.__dict__["preprocess"] is wrapper is not stock_preprocess
+    xnnfold.uninstall_preprocess_hook()
 
 
-def test_uninstall_restores_the_original_object(stock_preprocess) -> None:
+def test_uninstall_restores_the_original_object(stock_preprocess: object) -> None:
     xnnfold.install_preprocess_hook()
     xnnfold.install_preprocess_hook()
     xnnfold.uninstall_preprocess_hook()
     assert XnnpackBackend.__dict__["preprocess"] is stock_preprocess
+    assert not xnnfold.is_preprocess_hook_installed()
     xnnfold.uninstall_preprocess_hook()
     assert XnnpackBackend.__dict__["preprocess"] is stock_preprocess
+
+
+def test_install_under_another_wrapper_does_not_wrap_twice(stock_preprocess: object) -> None:
+    xnnfold.install_preprocess_hook()
+    ours = XnnpackBackend.__dict__["preprocess"]
+    theirs, _ = _wrap_current()
+    assert xnnfold.is_preprocess_hook_installed()
+    xnnfold.install_preprocess_hook()
+    assert XnnpackBackend.__dict__["preprocess"] is theirs
+    XnnpackBackend.preprocess = ours
+    xnnfold.uninstall_preprocess_hook()
+
+
+def test_uninstall_under_another_wrapper_raises(stock_preprocess: object) -> None:
+    xnnfold.install_preprocess_hook()
+    ours = XnnpackBackend.__dict__["preprocess"]
+    theirs, _ = _wrap_current()
+    with pytest.raises(RuntimeError, match=r"wrapped again \(defined at .*test_hook.py:\d+\)"):
+        xnnfold.uninstall_preprocess_hook()
+    assert XnnpackBackend.__dict__["preprocess"] is theirs
+    XnnpackBackend.preprocess = ours
+    xnnfold.uninstall_preprocess_hook()
+    assert XnnpackBackend.__dict__["preprocess"] is stock_preprocess
+
+
+def test_uninstall_over_another_wrapper_restores_that_wrapper(stock_preprocess: object) -> None:
+    theirs, calls = _wrap_current()
+    assert not xnnfold.is_preprocess_hook_installed()
+    xnnfold.install_preprocess_hook()
+    assert XnnpackBackend.__dict__["preprocess"] is not theirs
+    xnnfold.uninstall_preprocess_hook()
+    assert XnnpackBackend.__dict__["preprocess"] is theirs
+
+
+class _PlainConvLinear(nn.Module):
+    """Static weights: the stock partitioner delegates both GEMMs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv, self.linear = nn.Conv1d(4, 8, 3), nn.Linear(6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(torch.relu(self.conv(x)))
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the programs the installed wrapper looks at."""
+    seen: list[int] = []
+    real: Callable[..., bool] = _hook.has_fold_marks
+
+    def spy(program: Any) -> bool:
+        seen.append(1)
+        return real(program)
+
+    monkeypatch.setattr(_hook, "has_fold_marks", spy)
+    return seen
 
 
 @pytest.mark.runtime
-@pytest.mark.parametrize("name", ["weight_norm_dim0-conv1d", "spectral_norm-linear"])
-def test_installed_hook_changes_nothing_for_stock_lowering(stock_preprocess, name: str) -> None:
-    fixture = fixture_by_name(name)
-    without = lower_stock(fixture.model(), fixture.inputs()).buffer
+def test_installed_hook_changes_nothing_for_stock_lowering(
+    stock_preprocess: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def build() -> tuple[nn.Module, tuple[torch.Tensor]]:
+        torch.manual_seed(0)
+        return _PlainConvLinear().eval(), (torch.randn(1, 4, 8),)
+
+    without = lower_stock(*build())
+    assert get_lowered_submodules(without.edge.exported_program().graph_module)
+    seen = _counting(monkeypatch)
     xnnfold.install_preprocess_hook()
-    with_hook = lower_stock(fixture.model(), fixture.inputs()).buffer
-    assert with_hook == without
+    try:
+        with_hook = lower_stock(*build())
+    finally:
+        xnnfold.uninstall_preprocess_hook()
+    assert seen, "the hook's wrapper never ran: preprocess was not called"
+    assert with_hook.buffer == without.buffer
 
 
-def test_wrapper_keeps_the_stock_signature(stock_preprocess) -> None:
+def test_wrapper_keeps_the_stock_signature(stock_preprocess: object) -> None:
     xnnfold.install_preprocess_hook()
-    assert XnnpackBackend.preprocess.__wrapped__ is stock_preprocess.__func__
+    assert XnnpackBackend.preprocess.__wrapped__ is stock_preprocess.__func__  # type: ignore[attr-defined]
+    xnnfold.uninstall_preprocess_hook()

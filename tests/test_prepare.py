@@ -87,12 +87,25 @@ def test_marks_survive_export_and_edge_decompositions(norm: str, layer: str) -> 
     assert all(site_of(n) == "weight" for n in computed)
 
 
-def test_unmarked_eager_forward_adds_no_meta_outside_export() -> None:
-    model = prepare_for_xnnpack(layer_fixture("weight_norm_dim0", "conv1d").model())
+def test_marks_only_while_exporting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eager forward of a prepared model enters no annotation; export does, with the site."""
     import torch.fx.traceback as fx_traceback
 
-    model(*layer_fixture("weight_norm_dim0", "conv1d").inputs())
-    assert SITE_META_KEY not in fx_traceback.current_meta.get("custom", {})
+    entered: list[dict[str, object]] = []
+    real = fx_traceback.annotate
+
+    def spy(meta: dict[str, object]) -> object:
+        if SITE_META_KEY in meta:  # torch.export annotates for its own reasons too
+            entered.append(dict(meta))
+        return real(meta)
+
+    monkeypatch.setattr(fx_traceback, "annotate", spy)
+    fixture = layer_fixture("weight_norm_dim0", "conv1d")
+    model = prepare_for_xnnpack(fixture.model())
+    model(*fixture.inputs())
+    assert entered == []
+    torch.export.export(model, fixture.inputs())
+    assert entered and all(meta == {SITE_META_KEY: "weight"} for meta in entered)
 
 
 def test_names_nested_module_paths() -> None:

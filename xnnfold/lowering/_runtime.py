@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-import time
 from typing import Any, Sequence
 
 import torch
@@ -26,19 +24,6 @@ class LoadedProgram:
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[Any]:
         return list(self._method.execute(list(inputs)))
-
-    def median_seconds(
-        self, inputs: Sequence[torch.Tensor], *, runs: int, warmup: int = 1
-    ) -> float:
-        """Median wall time of ``runs`` calls after ``warmup`` untimed ones."""
-        for _ in range(warmup):
-            self(inputs)
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            self(inputs)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
 
 
 def run_pte(buffer: bytes, inputs: Sequence[torch.Tensor], method: str = "forward") -> list[Any]:

@@ -1,22 +1,29 @@
 """Run `FoldComputedWeightsPass` first in XNNPACK preprocess.
 
-executorch 1.5.1 has no seam for extra preprocess passes: `XnnpackBackend.preprocess` builds
-its own pass list, and backends are found by class name among
-`BackendDetails.__subclasses__()`, so a subclass would never be called. The smallest hook is
-to wrap the one static method. The wrapper:
+executorch has no seam for extra preprocess passes: `XnnpackBackend.preprocess` builds its
+own pass list, and backends are found by class name among `BackendDetails.__subclasses__()`,
+so a subclass would never be called. The smallest hook is to wrap the one static method.
 
-- acts only on a delegate whose GEMMs the folding partitioner marked; any other program
-  goes to the stock preprocess untouched, so stock users see byte-identical output;
-- is installed by `XnnpackFoldingPartitioner` when it partitions (importing xnnfold installs
-  nothing), and installing twice is a no-op;
-- is removed by `uninstall_preprocess_hook()`, which restores the original method object.
+Lifecycle, the one piece of process-wide state xnnfold keeps:
+
+- importing xnnfold installs nothing; `XnnpackFoldingPartitioner` installs the hook when it
+  marks a GEMM for folding, and `install_preprocess_hook()` does it by hand;
+- the wrapper acts only on a delegate whose GEMMs the folding partitioner marked; any
+  other program goes to the stock preprocess untouched, so while it is installed stock
+  lowerings still give byte-identical programs;
+- it stays installed until `uninstall_preprocess_hook()`, which puts back exactly the
+  method object it wrapped;
+- another wrapper of `preprocess` may sit on top of or under it: installing again while
+  ours is anywhere in the chain is a no-op (never a second fold), and uninstalling while
+  someone else's wrapper sits on top raises instead of silently leaving ours active.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
-from typing import Callable, Final
+import weakref
+from typing import Callable, Final, Optional
 
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 from executorch.exir.backend.backend_details import CompileSpec, PreprocessResult
@@ -31,22 +38,46 @@ __all__ = [
 ]
 
 _ATTRIBUTE: Final = "preprocess"
-# Set on the wrapper so that a second install (or another copy of xnnfold) recognises it.
+# Set on our staticmethod (never on its function: `functools.wraps` copies a function's
+# attributes onto whoever wraps it): the method object it replaced.
 _WRAPPED_MARK: Final = "__xnnfold_wrapped__"
+# How far down a chain of other wrappers (`__wrapped__`, `__func__`) ours is looked for.
+_MAX_CHAIN: Final = 32
 _lock = threading.Lock()
+# Our wrapper functions, recognised by identity under someone else's wrapper.
+_OUR_FUNCTIONS: "weakref.WeakSet[Callable[..., PreprocessResult]]" = weakref.WeakSet()
 
 
 def _current() -> object:
     return XnnpackBackend.__dict__[_ATTRIBUTE]
 
 
+def _ours_in_chain(method: object) -> bool:
+    """Whether our wrapper is ``method`` or sits under it in a chain of wrappers."""
+    seen = 0
+    pending: list[object] = [method]
+    while pending and seen < _MAX_CHAIN:
+        current = pending.pop()
+        seen += 1
+        if (isinstance(current, staticmethod) and hasattr(current, _WRAPPED_MARK)) or (
+            callable(current) and current in _OUR_FUNCTIONS
+        ):
+            return True
+        for attribute in ("__func__", "__wrapped__"):
+            inner = getattr(current, attribute, None)
+            if inner is not None:
+                pending.append(inner)
+    return False
+
+
 def is_preprocess_hook_installed() -> bool:
     """True while `XnnpackBackend.preprocess` runs the fold pass first."""
-    return hasattr(_current(), _WRAPPED_MARK)
+    return _ours_in_chain(_current())
 
 
 def _make_wrapper(
     original: Callable[[ExportedProgram, list[CompileSpec]], PreprocessResult],
+    replaced: object,
 ) -> staticmethod:
     @functools.wraps(original)
     def preprocess(
@@ -58,23 +89,48 @@ def _make_wrapper(
             FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
         return original(edge_program, compile_specs)
 
+    _OUR_FUNCTIONS.add(preprocess)
     wrapper = staticmethod(preprocess)
-    setattr(wrapper, _WRAPPED_MARK, _current())
+    setattr(wrapper, _WRAPPED_MARK, replaced)
     return wrapper
 
 
 def install_preprocess_hook() -> None:
-    """Make XNNPACK preprocess fold marked computations first. Idempotent."""
+    """Make XNNPACK preprocess fold marked computations first.
+
+    Idempotent: a no-op while the hook is anywhere in the chain of wrappers of
+    `XnnpackBackend.preprocess`.
+    """
     with _lock:
         if is_preprocess_hook_installed():
             return
-        original = XnnpackBackend.preprocess
-        setattr(XnnpackBackend, _ATTRIBUTE, _make_wrapper(original))
+        replaced = _current()
+        setattr(XnnpackBackend, _ATTRIBUTE, _make_wrapper(XnnpackBackend.preprocess, replaced))
 
 
 def uninstall_preprocess_hook() -> None:
-    """Restore the stock `XnnpackBackend.preprocess`. A no-op when not installed."""
+    """Restore the `XnnpackBackend.preprocess` the hook replaced. A no-op when not installed.
+
+    Raises:
+        RuntimeError: another wrapper of `preprocess` was installed on top of the hook;
+            taking ours out from under it is not possible, and leaving it in place while
+            saying it is gone would keep folding. Remove that wrapper first.
+    """
     with _lock:
         current = _current()
-        if hasattr(current, _WRAPPED_MARK):
-            setattr(XnnpackBackend, _ATTRIBUTE, getattr(current, _WRAPPED_MARK))
+        replaced: Optional[object] = (
+            getattr(current, _WRAPPED_MARK, None) if isinstance(current, staticmethod) else None
+        )
+        if replaced is not None:
+            setattr(XnnpackBackend, _ATTRIBUTE, replaced)
+            return
+        if _ours_in_chain(current):
+            # functools.wraps copies our name onto theirs: where it is defined says more.
+            code = getattr(getattr(current, "__func__", current), "__code__", None)
+            name = f"defined at {code.co_filename}:{code.co_firstlineno}" if code else repr(current)
+            raise RuntimeError(
+                f"xnnfold: XnnpackBackend.preprocess was wrapped again ({name}) after "
+                "xnnfold installed its preprocess hook, so the hook cannot be taken out "
+                "from under it. Restore that wrapper's original first, then call "
+                "uninstall_preprocess_hook() again."
+            )

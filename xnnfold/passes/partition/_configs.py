@@ -453,14 +453,3 @@ FOLDING_GEMM_CONFIGS: dict[type[XNNPartitionerConfig], type[XNNPartitionerConfig
     MMConfig: FoldingMMConfig,
 }
 
-
-def _assert_same_targets() -> None:
-    for stock, folding in FOLDING_GEMM_CONFIGS.items():
-        if stock.target_name != folding.target_name:  # pragma: no cover - import guard
-            raise RuntimeError(
-                f"{folding.__name__} must keep {stock.__name__}'s target_name "
-                f"{stock.target_name!r} so that it replaces the stock config"
-            )
-
-
-_assert_same_targets()

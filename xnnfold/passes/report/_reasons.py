@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator, Optional
+import threading
+from typing import Iterator
 
 from executorch.exir.backend.utils import WhyNoPartition
 from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
@@ -66,43 +67,76 @@ def reads_parameters(node: Node, ep: ExportedProgram) -> bool:
 
 
 class _WhyCollector(logging.Handler):
-    """Keeps the first `WhyNoPartition` reason logged for each node name."""
+    """Keeps the first `WhyNoPartition` reason logged for each node name by one thread."""
 
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)
         self.reasons: dict[str, str] = {}
+        self._thread = threading.get_ident()
 
     def emit(self, record: logging.LogRecord) -> None:
+        if record.thread != self._thread:
+            return  # another lowering's reasons
         why = record.msg
         # WhyNoPartition logs itself and is reused: read it now, while it holds this call.
         if isinstance(why, WhyNoPartition) and isinstance(why.node, Node):
             self.reasons.setdefault(why.node.name, why.reason)
 
 
+class _LoggerLevels:
+    """The stock loggers' levels while any lowering collects reasons, refcounted.
+
+    The first collection to start saves each logger's level and propagation and enables
+    DEBUG (without propagation, so it prints nothing the user did not ask for); the last
+    to end restores them, in whatever order concurrent lowerings end.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._saved: list[tuple[logging.Logger, int, bool]] = []
+
+    def enter(self, collector: logging.Handler) -> None:
+        with self._lock:
+            if self._active == 0:
+                self._saved = []
+                for name in STOCK_WHY_LOGGERS:
+                    target = logging.getLogger(name)
+                    self._saved.append((target, target.level, target.propagate))
+                    if not target.isEnabledFor(logging.DEBUG):
+                        target.setLevel(logging.DEBUG)
+                        target.propagate = False
+            self._active += 1
+            for target, _, _ in self._saved:
+                target.addHandler(collector)
+
+    def exit(self, collector: logging.Handler) -> None:
+        with self._lock:
+            for target, _, _ in self._saved:
+                target.removeHandler(collector)
+            self._active -= 1
+            if self._active == 0:
+                for target, level, propagate in self._saved:
+                    target.setLevel(level)
+                    target.propagate = propagate
+                self._saved = []
+
+
+_LEVELS = _LoggerLevels()
+
+
 @contextlib.contextmanager
 def collect_why_reasons() -> Iterator[dict[str, str]]:
-    """Collect the stock configs' DEBUG rejection reasons, {node name: reason}.
+    """Collect the stock configs' DEBUG rejection reasons of this thread, {node name: reason}.
 
-    While collecting, a logger that was not already enabled for DEBUG stops propagating,
-    so enabling it prints nothing the user did not ask for; everything is restored after.
+    While any thread collects, a stock logger that was not already enabled for DEBUG is,
+    without propagation, so enabling it prints nothing the user did not ask for; the last
+    collection to end restores every logger. Thread-safe: each collection keeps only the
+    records its own thread logs.
     """
     collector = _WhyCollector()
-    saved: list[tuple[logging.Logger, int, bool]] = []
+    _LEVELS.enter(collector)
     try:
-        for name in STOCK_WHY_LOGGERS:
-            target = logging.getLogger(name)
-            saved.append((target, target.level, target.propagate))
-            if not target.isEnabledFor(logging.DEBUG):
-                target.setLevel(logging.DEBUG)
-                target.propagate = False
-            target.addHandler(collector)
         yield collector.reasons
     finally:
-        for target, level, propagate in saved:
-            target.removeHandler(collector)
-            target.setLevel(level)
-            target.propagate = propagate
-
-
-def first_reason(*reasons: Optional[str]) -> Optional[str]:
-    return next((r for r in reasons if r), None)
+        _LEVELS.exit(collector)

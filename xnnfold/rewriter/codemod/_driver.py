@@ -70,8 +70,6 @@ __all__ = [
     "trigger_pattern",
 ]
 
-Mode = Literal["write", "diff", "check", "report"]
-Format = Literal["text", "json"]
 Transform = Callable[..., FileOutcome]
 
 MODES: Final[tuple[str, ...]] = ("write", "diff", "check", "report")
@@ -139,7 +137,6 @@ _DEFAULT_OPTIONS: Final = CodemodOptions()  # frozen, so one shared default is s
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
 
 
 @dataclasses.dataclass(frozen=True)

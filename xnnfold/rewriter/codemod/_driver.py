@@ -53,7 +53,7 @@ import tempfile
 import time
 import tokenize
 import warnings
-from typing import Callable, Final, Iterable, Literal, Optional, Sequence, TextIO, Union
+from typing import Callable, Final, Iterable, Optional, Sequence, TextIO, Union
 
 from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 

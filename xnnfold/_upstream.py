@@ -1,12 +1,19 @@
-"""Which executorch and torch releases xnnfold was tested with, and a check that says so.
+"""The one seam to executorch, torch and libcst internals, and the releases it was written for.
 
 xnnfold extends executorch's XNNPACK backend where it has no public seam: it overrides the
-GEMM configs' dependency hooks, wraps `XnnpackBackend.preprocess` and reads executorch's
-decomposition table. A release outside the tested range may have moved any of these, and
-a partitioner built on a moved hook could silently behave like stock, or worse. So the
-folding partitioner checks, when it is built, that the installed releases are ones the
-suite ran on and that every upstream name it relies on is where it expects; otherwise it
-stops with an error naming the release, the missing name and the fix.
+GEMM configs' dependency hooks, wraps `XnnpackBackend.preprocess`, reads executorch's
+decomposition table, and reads a few private torch and libcst names. A release outside
+the tested range may have moved any of these, and a partitioner built on a moved hook
+could silently behave like stock, or worse. So every private name is imported here and
+nowhere else:
+
+- `INTERNALS` lists each private module-level name, loaded on first use (``from
+  xnnfold._upstream import EdgeOpOverload``) so that marking never imports executorch and
+  the codemod never imports torch; a name that moved raises `UnsupportedRelease` naming
+  it, the installed release and the releases xnnfold was written for;
+- `UPSTREAM_NAMES` lists the private attributes xnnfold overrides or reads on upstream
+  objects; the folding partitioner checks them, with the releases, when it is built
+  (`check_releases`), and the accessors below are the only code that touches them.
 """
 
 from __future__ import annotations
@@ -14,13 +21,49 @@ from __future__ import annotations
 import importlib
 import logging
 from importlib.metadata import PackageNotFoundError, version
-from typing import Final, Optional
+from typing import TYPE_CHECKING, Any, Final, Optional
 
-from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+if TYPE_CHECKING:
+    import torch
+    from executorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
+    from executorch.exir.dialects._ops import ops as exir_ops
+    from executorch.exir.dialects.edge._ops import EdgeOpOverload
+    from executorch.exir.program._program import (
+        _default_decomposition_table as default_decomposition_table,
+    )
+    from libcst._metadata_dependent import LazyValue
+    from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
+    from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
+    from torch.utils._pytree import tree_flatten
+    from torch.export import ExportedProgram
+    from torch.export.graph_signature import ExportGraphSignature
+    from torch.nn.utils.parametrizations import (
+        _Orthogonal as OrthogonalParametrization,
+        _SpectralNorm as SpectralNormParametrization,
+        _WeightNorm as WeightNormParametrization,
+    )
 
 __all__ = [
     "EXECUTORCH_RANGE",
+    "INTERNALS",
+    "EdgeOpOverload",
+    "LazyValue",
+    "OrthogonalParametrization",
+    "SpectralNormParametrization",
+    "WeightNormParametrization",
+    "XNNPACKPass",
+    "aten_op_of",
+    "default_decomposition_table",
+    "exir_ops",
+    "is_buffer",
+    "is_fake",
+    "is_lifted_tensor_constant",
+    "is_param",
+    "optional_internal",
+    "real_value_of_fake",
+    "set_graph_signature",
+    "tree_flatten",
+    "unset_fake_temporarily",
     "TESTED",
     "TESTED_COMBINATIONS",
     "TORCH_RANGE",
@@ -45,8 +88,42 @@ TESTED_COMBINATIONS: Final[frozenset[tuple[str, str]]] = frozenset(
     {("2.13.0", "1.4.1"), ("2.13.0", "1.5.0"), ("2.13.0", "1.5.1"), ("2.14.1", "1.5.1")}
 )
 
-# (module, attribute path) of every upstream name the folding partitioner and the hook
-# override or read.
+# Every private module-level name xnnfold imports: our name -> (package, module, attribute).
+INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
+    "EdgeOpOverload": ("executorch", "executorch.exir.dialects.edge._ops", "EdgeOpOverload"),
+    "exir_ops": ("executorch", "executorch.exir.dialects._ops", "ops"),
+    "default_decomposition_table": (
+        "executorch",
+        "executorch.exir.program._program",
+        "_default_decomposition_table",
+    ),
+    "remove_invalid_ops_for_not_decompose": (
+        "executorch",
+        "executorch.exir.program._program",
+        "_remove_invalid_ops_for_not_decompose",
+    ),
+    "XNNPACKPass": ("executorch", "executorch.backends.xnnpack._passes.xnnpack_pass", "XNNPACKPass"),
+    "is_buffer": ("torch", "torch._export.utils", "is_buffer"),
+    "is_param": ("torch", "torch._export.utils", "is_param"),
+    "is_lifted_tensor_constant": ("torch", "torch._export.utils", "is_lifted_tensor_constant"),
+    "is_fake": ("torch", "torch._subclasses.fake_tensor", "is_fake"),
+    "tree_flatten": ("torch", "torch.utils._pytree", "tree_flatten"),
+    "unset_fake_temporarily": ("torch", "torch._subclasses.fake_tensor", "unset_fake_temporarily"),
+    "WeightNormParametrization": ("torch", "torch.nn.utils.parametrizations", "_WeightNorm"),
+    "SpectralNormParametrization": ("torch", "torch.nn.utils.parametrizations", "_SpectralNorm"),
+    "OrthogonalParametrization": ("torch", "torch.nn.utils.parametrizations", "_Orthogonal"),
+    "LazyValue": ("libcst", "libcst._metadata_dependent", "LazyValue"),
+}
+# The releases each package's internals above were written against.
+_WRITTEN_FOR: Final[dict[str, str]] = {
+    "executorch": "1.4.1, 1.5.0 and 1.5.1",
+    "torch": "2.13.0 and 2.14.1",
+    "libcst": "1.9",
+}
+
+# (module, attribute path) of every private class attribute the folding partitioner and
+# the hook override or read. (The instance attributes the accessors below touch,
+# `EdgeOpOverload._op` and `ExportedProgram._graph_signature`, are checked by the tests.)
 UPSTREAM_NAMES: Final[tuple[tuple[str, str], ...]] = (
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_weight_deps"),
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_bias_deps"),
@@ -76,9 +153,67 @@ class UnsupportedRelease(RuntimeError):
 logger = logging.getLogger(__name__)
 
 
+def _load(name: str) -> Any:
+    package, module_name, attribute = INTERNALS[name]
+    found = installed_version(package) or "(version unknown)"
+    where = f"{module_name}.{attribute}"
+    try:
+        return getattr(importlib.import_module(module_name), attribute)
+    except ImportError as error:
+        if error.name == package:
+            raise  # the package itself is not installed: not a moved internal
+        problem = f"cannot import {where} ({error})"
+    except AttributeError:
+        problem = f"{module_name} has no attribute {attribute}"
+    raise UnsupportedRelease(
+        f"xnnfold: {problem}: a private {package} name xnnfold relies on, written for "
+        f"{package} {_WRITTEN_FOR[package]}, and the installed {package} is {found}. "
+        f"Install one of those releases, or report this {package} release to xnnfold."
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: each internal is imported on first use, never as a side effect of another.
+    if name in INTERNALS:
+        value = _load(name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def optional_internal(name: str) -> Optional[Any]:
+    """The internal ``name``, or None where the installed release lacks it: for callers that
+    can decline safely without it."""
+    try:
+        return __getattr__(name)
+    except UnsupportedRelease:
+        return None
+
+
+def aten_op_of(target: "EdgeOpOverload") -> "torch._ops.OpOverload":
+    """The ATen OpOverload an edge-dialect op wraps."""
+    return target._op
+
+
+def set_graph_signature(ep: "ExportedProgram", signature: "ExportGraphSignature") -> None:
+    """Replace ``ep``'s signature in place (torch exposes no setter; its passes do the same)."""
+    ep._graph_signature = signature
+
+
+def real_value_of_fake(value: "torch.Tensor") -> Optional["torch.Tensor"]:
+    """The real tensor a FakeTensor stands for when it carries one (a small constant under
+    a decomposition's fake mode), else None."""
+    return getattr(value, "constant", None)
+
+
 def _in_range(found: str, bounds: tuple[str, str]) -> bool:
     """Whether ``found`` satisfies ``>=low,<high`` as pip reads it, pre-releases and local
     labels (``+cpu``) included: ``1.6.0a0`` is not below 1.6, ``1.4.1rc1`` is below 1.4.1."""
+    # packaging comes with pip and torch; imported here so the codemod (which reaches the
+    # seam for libcst's LazyValue) does not need it.
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
     try:
         parsed = Version(found)
     except InvalidVersion:
@@ -91,6 +226,8 @@ def _in_range(found: str, bounds: tuple[str, str]) -> bool:
 def check_releases() -> None:
     """Raise `UnsupportedRelease` unless executorch and torch are tested releases and
     every name in `UPSTREAM_NAMES` exists."""
+    from packaging.version import Version
+
     fix = _FIX.format(*EXECUTORCH_RANGE)
     tested: dict[str, str] = {}
     for package, bounds in (("executorch", EXECUTORCH_RANGE), ("torch", TORCH_RANGE)):

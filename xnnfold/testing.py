@@ -22,8 +22,8 @@ from typing import Any, Optional, Sequence
 import torch
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch import nn
-from torch.utils import _pytree as pytree
 
+from xnnfold._upstream import tree_flatten
 from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
 from xnnfold.passes.report._summary import ProgramSummary, summarize
 from xnnfold.lowering._lower import lower
@@ -80,7 +80,7 @@ class DelegationCheck:
 
 
 def _leaves(value: Any) -> list[Any]:
-    return pytree.tree_flatten(value)[0]
+    return tree_flatten(value)[0]
 
 
 def _compare_output(

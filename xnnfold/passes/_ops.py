@@ -12,7 +12,8 @@ import operator
 from typing import Final
 
 import torch
-from executorch.exir.dialects._ops import ops as exir_ops
+
+from xnnfold._upstream import exir_ops
 
 __all__ = [
     "ASSERTION_OPS",

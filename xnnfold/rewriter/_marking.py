@@ -24,10 +24,14 @@ import torch
 import torch.fx.traceback as fx_traceback
 from torch import nn
 from torch.nn.utils import parametrize
-from torch.nn.utils.parametrizations import _Orthogonal, _SpectralNorm, _WeightNorm
 from torch.nn.utils.spectral_norm import SpectralNorm as _LegacySpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm as _LegacyWeightNorm
 
+from xnnfold._upstream import (
+    OrthogonalParametrization as _Orthogonal,
+    SpectralNormParametrization as _SpectralNorm,
+    WeightNormParametrization as _WeightNorm,
+)
 from xnnfold._meta import SITE_META_KEY
 
 __all__ = [

@@ -20,13 +20,12 @@ from typing import Optional
 
 import torch
 from executorch.backends.transforms.utils import create_constant_placeholder
-from executorch.backends.xnnpack._passes.xnnpack_pass import XNNPACKPass
-from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.exir.pass_base import PassResult
 from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
+from xnnfold._upstream import exir_ops, set_graph_signature, XNNPACKPass
 from xnnfold.passes.partition._arguments import is_matrix_transpose
 from xnnfold._meta import (
     FOLD_META_KEY,
@@ -104,7 +103,7 @@ def _delete_sources(ep: ExportedProgram, sources: list[Node]) -> None:
             )
     for node in sources:
         ep.graph.erase_node(node)
-    ep._graph_signature = ExportGraphSignature(kept, signature.output_specs)
+    set_graph_signature(ep, ExportGraphSignature(kept, signature.output_specs))
 
 
 def _outermost_first(computations: list[WeightComputation]) -> list[WeightComputation]:

@@ -17,6 +17,8 @@ import copy
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 
+from xnnfold._upstream import set_graph_signature
+
 __all__ = ["remove_unused_constants"]
 
 _REMOVABLE_KINDS = (InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -56,6 +58,6 @@ def remove_unused_constants(ep: ExportedProgram) -> ExportedProgram:
             ep.state_dict.pop(spec.target, None)
             ep.constants.pop(spec.target, None)
         ep.graph.erase_node(placeholders[spec.arg.name])
-    ep._graph_signature = new_signature
+    set_graph_signature(ep, new_signature)
     ep.graph_module.recompile()
     return ep

@@ -25,6 +25,7 @@ from executorch.exir.graph_module import get_control_flow_submodules
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from xnnfold._upstream import default_decomposition_table, optional_internal
 from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
 from xnnfold.passes.partition._predicates import op_overload
 
@@ -34,11 +35,9 @@ __all__ = ["decomposed_ops", "filter_is_redundant"]
 @functools.lru_cache(maxsize=1)
 def decomposed_ops() -> frozenset[torch._ops.OpOverload]:
     """The ops of the table `to_edge_transform_and_lower` decomposes with."""
-    from executorch.exir.program._program import _default_decomposition_table
-
     return frozenset(
         op
-        for op in _default_decomposition_table()
+        for op in default_decomposition_table()
         if isinstance(op, torch._ops.OpOverload)
     )
 
@@ -49,13 +48,10 @@ def _kept_by_executorch(ops: Collection[torch._ops.OpOverload]) -> bool:
     without a filter does not)."""
     if not ops:
         return True
-    try:
-        from executorch.exir.program._program import (
-            _remove_invalid_ops_for_not_decompose,
-        )
-    except ImportError:  # a private helper: without it, nothing can be proven
+    remove_invalid = optional_internal("remove_invalid_ops_for_not_decompose")
+    if remove_invalid is None:  # without it, nothing can be proven
         return False
-    return set(_remove_invalid_ops_for_not_decompose(list(ops))) == set(ops)
+    return set(remove_invalid(list(ops))) == set(ops)
 
 
 def filter_is_redundant(

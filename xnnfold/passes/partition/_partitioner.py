@@ -30,11 +30,11 @@ from executorch.exir.backend.canonical_partitioners.config_partitioner import (
 )
 from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.delegate import executorch_call_delegate
-from executorch.exir.dialects.edge._ops import EdgeOpOverload
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import Partition
 
+from xnnfold._upstream import EdgeOpOverload
 from xnnfold._upstream import check_releases, installed_version as _installed, supports_bf16
 from xnnfold.passes.partition._configs import (
     FOLDING_GEMM_CONFIGS,

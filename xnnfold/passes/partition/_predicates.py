@@ -15,12 +15,11 @@ from typing import Optional, Union
 
 import torch
 from executorch.exir.delegate import executorch_call_delegate
-from executorch.exir.dialects.edge._ops import EdgeOpOverload
-from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from xnnfold._upstream import aten_op_of, EdgeOpOverload, is_fake, real_value_of_fake, unset_fake_temporarily
 from xnnfold.passes._options import FoldOptions
 from xnnfold._meta import (
     CUSTOM_META_KEY,
@@ -110,7 +109,7 @@ class Rejection:
 def op_overload(target: object) -> Optional[torch._ops.OpOverload]:
     """The ATen-level OpOverload behind an ATen or edge-dialect target, else None."""
     if isinstance(target, EdgeOpOverload):
-        return target._op
+        return aten_op_of(target)
     if isinstance(target, torch._ops.OpOverload):
         if target.namespace == EDGE_NO_DECOMP_NAMESPACE:
             # While to_edge decomposes, the ops it keeps are copies in their own namespace;
@@ -319,7 +318,7 @@ def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
     value = None if fqn is None else ep.constants.get(fqn, ep.state_dict.get(fqn))
     if isinstance(value, torch.Tensor) and is_fake(value):
         # Under a decomposition's fake mode a small constant keeps its real value here.
-        value = getattr(value, "constant", None)
+        value = real_value_of_fake(value)
     return value if isinstance(value, torch.Tensor) and not is_fake(value) else None
 
 

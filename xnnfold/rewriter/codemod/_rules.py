@@ -51,7 +51,6 @@ import re
 from typing import Final, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import libcst as cst
-from libcst._metadata_dependent import LazyValue
 from libcst.codemod import Codemod, CodemodContext, ContextAwareTransformer
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.helpers import get_full_name_for_node
@@ -63,6 +62,7 @@ from libcst.metadata import (
     ScopeProvider,
 )
 
+from xnnfold._upstream import LazyValue
 from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 
 __all__ = ["TRIGGER_IDENTIFIERS", "TRIGGER_WORDS", "apply_rules", "transform_source"]

@@ -23,6 +23,7 @@ __all__ = [
     "NN_MODULE_STACK_META_KEY",
     "PRESERVED_META_KEY",
     "PROVENANCE_META_KEYS",
+    "REASON_CODE_META_KEY",
     "REASON_META_KEY",
     "SITE_META_KEY",
     "STACK_TRACE_META_KEY",
@@ -47,6 +48,8 @@ FOLD_SCALES_META_KEY: Final = "xnnfold_fold_scales"
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
 # On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
 REASON_META_KEY: Final = "xnnfold_reason"
+# Beside it: the stable code of the rule that decided (XNF2xx, docs/reasons.md).
+REASON_CODE_META_KEY: Final = "xnnfold_reason_code"
 
 # torch.fx and executorch's own keys.
 VAL_META_KEY: Final = "val"

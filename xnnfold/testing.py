@@ -146,6 +146,7 @@ def _compare_outputs(
 def _gemm_line(row: GemmRow) -> str:
     return (
         f"{row.node} ({row.op}) in module '{row.module}': {row.reason or 'no reason'}"
+        + (f" [{row.code}]" if row.code else "")
     )
 
 

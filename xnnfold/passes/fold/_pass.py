@@ -269,7 +269,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     raise RuntimeError(
                         f"xnnfold: the partitioner marked the {result.role} of "
                         f"'{node.name}' for folding, but the fold pass declines it: "
-                        f"{result.reason}. Lower this model with "
+                        f"{result.reason} [{result.code.code}]. Lower this model with "
                         "XnnpackFoldingPartitioner(fold=False) and report the model."
                     )
                 if isinstance(result, WeightComputation):

@@ -23,6 +23,14 @@ import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from xnnfold.passes._codes import (
+    ADDMM_BIAS_SHAPE,
+    ADDMM_SCALES,
+    OUTPUT_PADDING,
+    PERMUTED_WEIGHT,
+    Problem,
+    SHARED_KERNEL,
+)
 from xnnfold._meta import VAL_META_KEY
 from xnnfold.passes._ops import CONVOLUTION_TARGETS, EDGE_PERMUTE, EDGE_TRANSPOSES
 
@@ -61,7 +69,7 @@ def addmm_problem(
     fold: bool,
     force_non_static_weights: bool,
     constant_or_foldable: Callable[[int], bool],
-) -> Optional[str]:
+) -> Optional[Problem]:
     """Why XNNPACK's fully-connected op cannot compute this addmm, or None.
 
     ``beta``/``alpha`` other than 1 are computable only by folding them into the bias and
@@ -70,58 +78,63 @@ def addmm_problem(
     """
     for name in _SCALE_OF.values():
         if name in node.kwargs and _number(node.kwargs[name]) is None:
-            return f"addmm's {name}={node.kwargs[name]!r} is not a number"
+            return Problem(ADDMM_SCALES, f"addmm's {name}={node.kwargs[name]!r} is not a number")
     bias = node.args[ADDMM_BIAS]
     bias_val = bias.meta.get(VAL_META_KEY) if isinstance(bias, Node) else None
     out_val = node.meta.get(VAL_META_KEY)
     if not isinstance(bias_val, torch.Tensor) or not isinstance(out_val, torch.Tensor):
-        return "addmm's bias or output has no known shape"
+        return Problem(ADDMM_BIAS_SHAPE, "addmm's bias or output has no known shape")
     shape, channels = tuple(bias_val.shape), out_val.shape[-1]
     # A size that depends on the inputs is never known to be one value per channel (and
     # comparing it would specialize the program's symbols).
     static = not free_symbols(bias_val) and isinstance(channels, int)
     if not static or shape not in ((channels,), (1, channels)):
-        return (
+        return Problem(
+            ADDMM_BIAS_SHAPE,
             f"addmm's bias has shape {list(shape)}; XNNPACK adds one value per output "
-            f"channel (shape [{channels}] or [1, {channels}])"
+            f"channel (shape [{channels}] or [1, {channels}])",
         )
     scales = addmm_scales(node)
     if not scales:
         return None
     if not fold:
-        return (
+        return Problem(
+            ADDMM_SCALES,
             "addmm has beta/alpha other than 1, which XNNPACK can only apply by folding "
-            "them into the weight and bias, and folding is off (fold=False)"
+            "them into the weight and bias, and folding is off (fold=False)",
         )
     if force_non_static_weights:
-        return (
+        return Problem(
+            ADDMM_SCALES,
             "addmm has beta/alpha other than 1, which XNNPACK cannot apply to a weight "
-            "or bias supplied at run time (force_non_static_weights_for_f32_linear)"
+            "or bias supplied at run time (force_non_static_weights_for_f32_linear)",
         )
     for index, factor in scales.items():
         if not constant_or_foldable(index):
             role = "bias" if index == ADDMM_BIAS else "weight"
-            return (
+            return Problem(
+                ADDMM_SCALES,
                 f"addmm has {_SCALE_OF[index]}={factor:g}, which XNNPACK can only apply "
                 f"by folding it into the {role}, and the {role} is not a constant or a "
-                "foldable computation of constants"
+                "foldable computation of constants",
             )
     return None
 
 
 def deconvolution_problem(
     *, transposed: bool, stride: Sequence[int], output_padding: Sequence[int]
-) -> Optional[str]:
+) -> Optional[Problem]:
     """Why XNNPACK's deconvolution cannot take these arguments, or None."""
     if not transposed:
         return None
     strides = list(stride) * (len(output_padding) if len(stride) == 1 else 1)
     for adjustment, step in zip(output_padding, strides):
         if adjustment >= step:
-            return (
+            return Problem(
+                OUTPUT_PADDING,
                 f"the transposed convolution has output_padding {list(output_padding)} "
                 f"not below its stride {list(stride)}; XNNPACK's deconvolution needs "
-                "output_padding < stride"
+                "output_padding < stride",
             )
     return None
 
@@ -137,7 +150,7 @@ def is_matrix_transpose(node: Node) -> bool:
     return node.target is not EDGE_PERMUTE or [int(d) % 2 for d in node.args[1]] == [1, 0]
 
 
-def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> Optional[str]:
+def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> Optional[Problem]:
     """Why an edge mm or addmm whose weight is a permute that is not a transpose cannot
     be delegated with that permute (``folded``: the weight is folded, so the delegate
     sees a constant instead), or None.
@@ -154,14 +167,15 @@ def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> O
         or is_matrix_transpose(weight)
     ):
         return None
-    return (
+    return Problem(
+        PERMUTED_WEIGHT,
         f"its weight '{weight.name}' is a permute with dims {list(weight.args[1])}, which is "
         "not a transpose, and it is computed at run time: XNNPACK's ConvertToLinearPass "
-        "reads any permute before an mm as a transpose and would compute x @ W.T"
+        "reads any permute before an mm as a transpose and would compute x @ W.T",
     )
 
 
-def shared_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
+def shared_kernel_problem(node: Node, weight_index: int) -> Optional[Problem]:
     """Why a convolution's stored kernel cannot be delegated: something else reads it.
 
     Conv1dUnsqueezePass unsqueezes a 1D kernel constant in place: a second convolution
@@ -186,12 +200,14 @@ def shared_kernel_problem(node: Node, weight_index: int) -> Optional[str]:
     if not others:
         return None
     if one_d:
-        return (
+        return Problem(
+            SHARED_KERNEL,
             f"the 1D convolution's kernel '{weight.name}' is also read by '{others[0]}'; "
             "XNNPACK reshapes a 1D kernel in place (Conv1dUnsqueezePass), which breaks "
-            "every other reader"
+            "every other reader",
         )
-    return (
+    return Problem(
+        SHARED_KERNEL,
         f"the convolution's kernel '{weight.name}' is also read by '{others[0]}', which "
-        "is not a convolution; XNNPACK computes such a convolution wrongly"
+        "is not a convolution; XNNPACK computes such a convolution wrongly",
     )

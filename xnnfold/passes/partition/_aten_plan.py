@@ -22,6 +22,7 @@ from torch.fx import Graph, Node
 from xnnfold._meta import VAL_META_KEY
 from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BLOCKLIST
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._codes import Problem
 from xnnfold.passes.partition._arguments import (
     addmm_problem,
     deconvolution_problem,
@@ -107,7 +108,7 @@ def argument_problem(
     *,
     force_non_static_weights: bool,
     constant_or_foldable: Callable[[int], bool],
-) -> Optional[str]:
+) -> Optional[Problem]:
     """The edge configs' argument rules (`_arguments`), on an ATen GEMM."""
     target = node.target
     if target in CONVOLUTION_TARGETS:

@@ -28,6 +28,7 @@ from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from xnnfold.passes._codes import Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
 from xnnfold.passes.partition._arguments import (
     addmm_problem,
@@ -85,6 +86,7 @@ def written_elsewhere(
                 "written by another method of the program",
                 True,
                 result.site,
+                WRITTEN_ELSEWHERE,
                 keep_stock=True,
             )
     return None
@@ -123,7 +125,7 @@ class FoldingGEMMMixin:
     fold_anyway: frozenset[str] = frozenset()
     # {GEMM name: why} for GEMMs declined because XNNPACK cannot compute one of their
     # arguments (addmm's beta, a broadcast bias), whatever the weight.
-    argument_problems: Optional[dict[str, str]] = None
+    argument_problems: Optional[dict[str, Problem]] = None
 
     # Provided by GEMMConfig.
     weight_idx: int
@@ -285,7 +287,7 @@ class FoldingGEMMMixin:
         beta and alpha); empty for every other GEMM."""
         return {}
 
-    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         """Why XNNPACK cannot compute this GEMM's arguments, whatever its weight."""
         return None
 
@@ -294,7 +296,7 @@ class FoldingGEMMMixin:
         constant, or a buffer no method writes."""
         return is_constant_source(ep, node, self.written_buffers)
 
-    def _written_static_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+    def _written_static_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         """A weight or bias XNNPACK would store is a buffer the program writes: the
         delegate would keep its export-time value while the program updates it (the
         stock configs take any buffer as static)."""
@@ -310,9 +312,10 @@ class FoldingGEMMMixin:
                 and not self.constant_source(arg, ep)
             ):
                 role = "weight" if index == self.weight_idx else "bias"
-                return (
+                return Problem(
+                    WRITTEN_BUFFER,
                     f"its {role} is buffer '{arg.name}', which the program writes; "
-                    "XNNPACK would store its value at export time"
+                    "XNNPACK would store its value at export time",
                 )
         return None
 
@@ -366,7 +369,7 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
     """`ConvolutionConfig` (1D/2D, depthwise, transposed) that folds computed weights,
     and leaves on portable a deconvolution XNNPACK cannot run (`deconvolution_problem`)."""
 
-    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         return shared_kernel_problem(node, self.weight_idx) or deconvolution_problem(
             transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
         )
@@ -379,7 +382,7 @@ class FoldingLinearConfig(FoldingGEMMMixin, LinearConfig):
 
 
 class _SkipSourcePartitionMixin(FoldingGEMMMixin):
-    def _permuted_weight_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+    def _permuted_weight_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         # With force_non_static_weights_for_f32_linear a foldable weight is not folded.
         folded = (
             self.fold
@@ -420,7 +423,7 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
     def scales(self, node: Node) -> dict[int, float]:
         return addmm_scales(node)
 
-    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         def constant_or_foldable(index: int) -> bool:
             arg = node.args[index]
             if isinstance(arg, Node) and arg.op == "placeholder":
@@ -441,7 +444,7 @@ class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):
 
     dynamic_weights = True
 
-    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[str]:
+    def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         return self._permuted_weight_problem(node, ep)
 
 

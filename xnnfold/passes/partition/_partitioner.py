@@ -47,8 +47,10 @@ from xnnfold._meta import (
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
     PRESERVED_META_KEY,
+    REASON_CODE_META_KEY,
     REASON_META_KEY,
 )
+from xnnfold.passes._codes import Problem, STOCK
 from xnnfold.passes._ops import (
     DEFAULT_MAX_FOLD_NODES,
     EDGE_GEMM_ARGS,
@@ -238,7 +240,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         self._force_non_static_weights = force_non_static_weights_for_f32_linear
         self.keep_decomposition_filter = keep_decomposition_filter
         self.rejections: dict[tuple[Node, int], Rejection] = {}
-        self._argument_problems: dict[str, str] = {}
+        self._argument_problems: dict[str, Problem] = {}
         self._shared_folds: set[str] = set()
         # FQNs of this partitioner's buffers that some method writes, of its constants
         # that some method stores whatever folds (see `_note_constants`), and the tensor
@@ -591,6 +593,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                         f"its {rejection.role} is computed at run time, not folded: "
                         f"{rejection.reason}"
                     )
+                    node.meta[REASON_CODE_META_KEY] = rejection.code.code
                 continue
             problem = self._argument_problems.get(node.name)
             reason = (
@@ -602,24 +605,34 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             )
             if reason is None:
                 continue
+            code = (
+                problem.code
+                if problem is not None
+                else rejection.code
+                if rejection is not None
+                else STOCK
+            )
             node.meta[REASON_META_KEY] = reason
+            node.meta[REASON_CODE_META_KEY] = code.code
             if problem is not None:
                 logger.warning(
-                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: %s",
+                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: %s [%s]",
                     node.name,
                     module_path(node),
                     problem,
+                    code.code,
                 )
             elif rejection is not None and self._worth_a_warning(rejection, ep):
                 where = f" (computed by {rejection.site})" if rejection.site else ""
                 logger.warning(
                     "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: "
-                    "its %s%s is not folded because %s",
+                    "its %s%s is not folded because %s [%s]",
                     node.name,
                     module_path(node),
                     rejection.role,
                     where,
                     rejection.reason,
+                    code.code,
                 )
 
     @staticmethod

@@ -19,6 +19,17 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from xnnfold.passes._codes import (
+    DYNAMIC_SHAPE,
+    EXTERNAL_DATA,
+    GROWS_PROGRAM,
+    OTHER_READER,
+    ReasonCode,
+    RUN_TIME,
+    SHARED_NOT_FOLDED,
+    SHARED_TOO_WIDE,
+    TOO_MANY_NODES,
+)
 from xnnfold._upstream import aten_op_of, EdgeOpOverload, is_fake, real_value_of_fake, unset_fake_temporarily
 from xnnfold.passes._options import FoldOptions
 from xnnfold._meta import (
@@ -101,6 +112,8 @@ class Rejection:
     reason: str
     computed_from_constants: bool
     site: Optional[str]
+    # The rule that decided (XNF2xx, docs/reasons.md).
+    code: ReasonCode
     # True when the GEMM must stay exactly as the stock partitioner leaves it (its
     # sources live in an external .ptd): no run-time-weight delegation either.
     keep_stock: bool = False
@@ -633,33 +646,118 @@ def find_weight_computation(
     root = gemm.args[arg_index] if arg_index < len(gemm.args) else None
     if not isinstance(root, Node) or root.op == "placeholder":
         return None
-
-    def reject(reason: str, from_constants: bool, site: Optional[str]) -> Rejection:
-        return Rejection(gemm, arg_index, role, reason, from_constants, site)
-
     site = site_of(root)
     cmap = _constant_map(ep)
-    if not cmap.constant.get(root.name, False):
-        problem = cmap.culprit.get(root.name, "it is not a constant")
-        return reject(
-            f"the {role} is computed at run time: {problem}",
-            False,
+    arg = _Argument(gemm=gemm, arg_index=arg_index, role=role, root=root)
+
+    rejection = _run_time_rule(arg=arg, cmap=cmap, site=site)
+    if rejection is not None:
+        return rejection
+    closure = _topological_closure(root, options.max_fold_nodes)
+    if closure is None:
+        return arg.reject(
+            TOO_MANY_NODES,
+            f"the {role} computation has more than {options.max_fold_nodes} nodes "
+            "(raise max_fold_nodes to fold it)",
+            from_constants=True,
+            site=site,
+        )
+    rejection = _walked_nodes_rule(arg=arg, closure=closure, cmap=cmap, site=site)
+    if rejection is not None:
+        return rejection
+    nodes = tuple(n for n in closure if n.op == "call_function")
+    sources = tuple(n for n in closure if n.op == "placeholder")
+    members = set(closure)
+    if site is None:
+        site = next((s for s in map(site_of, reversed(nodes)) if s), None)
+    rejection = _external_data_rule(arg=arg, sources=sources, site=site)
+    if rejection is not None:
+        return rejection
+    if sharing:
+        weight_only = _weight_only(ep, non_folding)
+        rejection = _other_readers_rule(
+            arg=arg,
+            closure=closure,
+            members=members,
+            weight_only=weight_only,
+            non_folding=non_folding,
+            site=site,
+        ) or _size_rule(
+            arg=arg,
+            ep=ep,
+            closure=closure,
+            nodes=nodes,
+            cmap=cmap,
+            options=options,
+            stored_elsewhere=stored_elsewhere,
+            weight_only=weight_only,
+            non_folding=non_folding,
+            site=site,
+        )
+        if rejection is not None:
+            return rejection
+    return WeightComputation(
+        gemm, arg_index, role, root, nodes, sources, site, _shared_nodes(nodes, root, members)
+    )
+
+
+# The predicate's rules, in the order they apply. Each sees what the ones before it
+# established and returns the `Rejection` that decides, or None.
+
+
+@dataclass(frozen=True)
+class _Argument:
+    """The GEMM argument a rule judges."""
+
+    gemm: Node
+    arg_index: int
+    role: str
+    root: Node
+
+    def reject(
+        self,
+        code: ReasonCode,
+        reason: str,
+        *,
+        from_constants: bool,
+        site: Optional[str],
+        keep_stock: bool = False,
+    ) -> Rejection:
+        return Rejection(
+            self.gemm,
+            self.arg_index,
+            self.role,
+            reason,
+            from_constants,
             site,
+            code,
+            keep_stock=keep_stock,
         )
 
-    max_nodes = options.max_fold_nodes
-    closure = _topological_closure(root, max_nodes)
-    if closure is None:
-        return reject(
-            f"the {role} computation has more than {max_nodes} nodes "
-            "(raise max_fold_nodes to fold it)",
-            True,
-            site,
-        )
-    # The constant map is cached per graph and node count, so a rewrite that keeps the
-    # count (an argument or a target replaced in place) would leave it stale. The nodes
-    # walked are re-checked here, so a stale map can only decline a fold, never fold
-    # something computed at run time.
+
+def _run_time_rule(*, arg: _Argument, cmap: "_ConstantMap", site: Optional[str]) -> Optional[Rejection]:
+    """XNF201: the argument is not computed from constants alone."""
+    if cmap.constant.get(arg.root.name, False):
+        return None
+    problem = cmap.culprit.get(arg.root.name, "it is not a constant")
+    return arg.reject(
+        RUN_TIME,
+        f"the {arg.role} is computed at run time: {problem}",
+        from_constants=False,
+        site=site,
+    )
+
+
+def _walked_nodes_rule(
+    *, arg: _Argument, closure: list[Node], cmap: "_ConstantMap", site: Optional[str]
+) -> Optional[Rejection]:
+    """XNF201 again, node by node over the walked computation.
+
+    The constant map is cached per graph and node count, so a rewrite that keeps the
+    count (an argument or a target replaced in place) would leave it stale. The nodes
+    walked are re-checked here, so a stale map can only decline a fold, never fold
+    something computed at run time.
+    """
     for node in closure:
         if node.op == "placeholder":
             problem = None if cmap.constant.get(node.name, False) else (
@@ -670,43 +768,52 @@ def find_weight_computation(
         else:
             problem = f"'{node.name}' is a {node.op} node"
         if problem is not None:
-            return reject(f"the {role} is computed at run time: {problem}", False, site)
-    nodes = tuple(n for n in closure if n.op == "call_function")
-    sources = tuple(n for n in closure if n.op == "placeholder")
-    members = set(closure)
-    if site is None:
-        site = next((s for s in map(site_of, reversed(nodes)) if s), None)
+            return arg.reject(
+                RUN_TIME,
+                f"the {arg.role} is computed at run time: {problem}",
+                from_constants=False,
+                site=site,
+            )
+    return None
 
-    # A source tagged for an external .ptd file is data the user means to keep outside
-    # the program (and to swap without re-exporting); a fold would bake its current value
-    # into a new tensor, so the source stays external and the GEMM stays as it is.
+
+def _external_data_rule(
+    *, arg: _Argument, sources: tuple[Node, ...], site: Optional[str]
+) -> Optional[Rejection]:
+    """XNF203: a source tagged for an external .ptd file is data the user means to keep
+    outside the program (and to swap without re-exporting); a fold would bake its current
+    value into a new tensor, so the source stays external and the GEMM stays as it is."""
     for source in sources:
         tag = external_tag(source)
         if tag is not None:
-            return Rejection(
-                gemm,
-                arg_index,
-                role,
-                f"source '{source.name}' of the {role} computation is stored in the "
+            return arg.reject(
+                EXTERNAL_DATA,
+                f"source '{source.name}' of the {arg.role} computation is stored in the "
                 f"external data file '{tag}'",
-                True,
-                site,
+                from_constants=True,
+                site=site,
                 keep_stock=True,
             )
+    return None
 
-    if not sharing:
-        return WeightComputation(
-            gemm, arg_index, role, root, nodes, sources, site, _shared_nodes(nodes, root, members)
-        )
 
-    # Folding replaces the whole computation by one constant; anything else that reads a
-    # source or an intermediate would keep it alive, and the program would store both.
-    # The one exception is another GEMM weight or bias computed from the same sources
-    # (a packed projection split per GEMM, a module called twice): those fold too.
-    weight_only = _weight_only(ep, non_folding)
+def _other_readers_rule(
+    *,
+    arg: _Argument,
+    closure: list[Node],
+    members: set[Node],
+    weight_only: dict[str, bool],
+    non_folding: frozenset[str],
+    site: Optional[str],
+) -> Optional[Rejection]:
+    """XNF204: folding replaces the whole computation by one constant; anything else that
+    reads a source or an intermediate would keep it alive, and the program would store
+    both. The one exception is another GEMM weight or bias computed from the same sources
+    (a packed projection split per GEMM, a module called twice): those fold too."""
+    role, root = arg.role, arg.root
     for node in closure:
         for user in _readers(node):
-            if user in members or user is gemm:
+            if user in members or user is arg.gemm:
                 continue
             if _used_as_gemm_weight(node, user, non_folding) or (
                 user.op == "call_function" and weight_only.get(user.name, False)
@@ -717,13 +824,33 @@ def find_weight_computation(
                 if node is root
                 else "source" if node.op == "placeholder" else "intermediate"
             )
-            return reject(
+            return arg.reject(
+                OTHER_READER,
                 f"{what} '{node.name}' of the {role} computation is also used by "
                 f"'{user.name}', which is not a GEMM weight",
-                True,
-                site,
+                from_constants=True,
+                site=site,
             )
+    return None
 
+
+def _size_rule(
+    *,
+    arg: _Argument,
+    ep: ExportedProgram,
+    closure: list[Node],
+    nodes: tuple[Node, ...],
+    cmap: "_ConstantMap",
+    options: FoldOptions,
+    stored_elsewhere: frozenset[str],
+    weight_only: dict[str, bool],
+    non_folding: frozenset[str],
+    site: Optional[str],
+) -> Optional[Rejection]:
+    """XNF205-XNF208: the folds that share these sources, taken together, must not make
+    the program larger than the sources they free."""
+    role, root = arg.role, arg.root
+    max_nodes = options.max_fold_nodes
     elsewhere = (
         frozenset(
             name
@@ -743,24 +870,28 @@ def find_weight_computation(
         non_folding=non_folding,
     )
     if shared is None:
-        return reject(
+        return arg.reject(
+            SHARED_TOO_WIDE,
             f"the {role} shares its sources with more than {4 * max_nodes} nodes of "
             "other weight computations (raise max_fold_nodes to fold them)",
-            True,
-            site,
+            from_constants=True,
+            site=site,
         )
     if isinstance(shared, str):
-        return reject(
+        return arg.reject(
+            SHARED_NOT_FOLDED,
             f"the {role} computation reads {shared}, and that one is not folded: it "
             "also feeds something other than a GEMM weight",
-            True,
-            site,
+            from_constants=True,
+            site=site,
         )
     folded_roots, freed_sources, kept_sources = shared
     folded = sum(_nbytes(r) or 0 for r in folded_roots)
     sizes = [_nbytes(s) for s in (*folded_roots, *freed_sources)]
     if any(b is None for b in sizes):
-        return reject(f"the {role} has a dynamic shape", True, site)
+        return arg.reject(
+            DYNAMIC_SHAPE, f"the {role} has a dynamic shape", from_constants=True, site=site
+        )
     # Floating-point sources are measured at the folded tensor's element size: an fp32
     # GEMM needs an fp32 weight, so `w_fp16.float()` folds to exactly what a hand-folded
     # model would store (twice the fp16 bytes); a float cast never counts as growth. An
@@ -772,32 +903,31 @@ def find_weight_computation(
     freed = sum(_nbytes(s, itemsize) or 0 for s in freed_sources) + sum(
         _nbytes(n, itemsize) or 0 for n in nodes if _fill_op(n)
     )
-    if folded > freed:
-        if kept_sources:
-            kept = kept_sources[0]
-            where = (
-                "a GEMM's stored weight"
-                if any(_used_as_gemm_weight(kept, user) for user in kept.users)
-                else "stored for another method of the program"
-            )
-            why_not = (
-                f"source '{kept.name}' is also {where}, so folding frees "
-                "nothing of it"
-            )
-        else:
-            why_not = f"its sources {freed} bytes"
-        sharing = (
-            f"the {len(folded_roots)} folded weights sharing its sources take"
-            if len(folded_roots) > 1
-            else f"the folded {role} takes"
+    if folded <= freed:
+        return None
+    if kept_sources:
+        kept = kept_sources[0]
+        where = (
+            "a GEMM's stored weight"
+            if any(_used_as_gemm_weight(kept, user) for user in kept.users)
+            else "stored for another method of the program"
         )
-        return reject(
-            f"folding would grow the program: {sharing} {folded} bytes, {why_not}",
-            True,
-            site,
+        why_not = (
+            f"source '{kept.name}' is also {where}, so folding frees "
+            "nothing of it"
         )
-    return WeightComputation(
-        gemm, arg_index, role, root, nodes, sources, site, _shared_nodes(nodes, root, members)
+    else:
+        why_not = f"its sources {freed} bytes"
+    takes = (
+        f"the {len(folded_roots)} folded weights sharing its sources take"
+        if len(folded_roots) > 1
+        else f"the folded {role} takes"
+    )
+    return arg.reject(
+        GROWS_PROGRAM,
+        f"folding would grow the program: {takes} {folded} bytes, {why_not}",
+        from_constants=True,
+        site=site,
     )
 
 

@@ -17,7 +17,7 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
+from xnnfold._meta import FOLD_META_KEY, REASON_CODE_META_KEY, REASON_META_KEY
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.partition._predicates import arg_role, op_overload, site_of
 from xnnfold.passes.report._reasons import module_path
@@ -46,6 +46,8 @@ class GemmRow:
         computed: the weight or bias is computed rather than a stored tensor.
         reason: why a GEMM is outside a delegate, or why a delegated GEMM's computed
             weight was not folded (XNNPACK then reads it at run time).
+        code: the stable code of the rule behind ``reason`` (XNF2xx, docs/reasons.md),
+            None when there is no reason.
     """
 
     method: str
@@ -58,6 +60,7 @@ class GemmRow:
     site: Optional[str]
     computed: bool
     reason: Optional[str]
+    code: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class ExplainReport:
                 r.module,
                 r.backend if r.delegated and r.backend else "portable",
                 ", ".join(r.folded) or ("-" if not r.computed else "no"),
-                r.reason or "",
+                f"{r.code}: {r.reason}" if r.code and r.reason else r.reason or "",
             )
             for r in self.rows
         ]
@@ -144,6 +147,7 @@ def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
     return GemmRow(
         method, node.name, _gemm_name(node) or "", module_path(node), True, backend,
         folded, site, _computed(node) or bool(folded), node.meta.get(REASON_META_KEY),
+        node.meta.get(REASON_CODE_META_KEY),
     )
 
 
@@ -157,7 +161,7 @@ def _outside_row(method: str, node: Node) -> GemmRow:
     reason = node.meta.get(REASON_META_KEY) or _NO_REASON
     return GemmRow(
         method, node.name, _gemm_name(node) or "", module_path(node), False, None,
-        (), site, computed, reason,
+        (), site, computed, reason, node.meta.get(REASON_CODE_META_KEY),
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Final, Optional
+from typing import Any, Final, Optional, cast
 
 import torch
 import torch.fx.traceback as fx_traceback
@@ -151,14 +151,14 @@ def _training_error(site: str) -> ValueError:
     )
 
 
-def _updates_buffers(plist: nn.Module) -> bool:
+def _updates_buffers(plist: nn.ModuleList) -> bool:
     return any(isinstance(p, _SpectralNorm) and p.training for p in plist)
 
 
 class _MarkBegin:
     """Forward pre-hook of a ParametrizationList: start marking its nodes."""
 
-    def __call__(self, plist: nn.Module, args: tuple[Any, ...]) -> None:
+    def __call__(self, plist: nn.ModuleList, args: tuple[Any, ...]) -> None:
         if not _tracing():
             return
         site = getattr(plist, _SITE_ATTR)
@@ -260,7 +260,8 @@ def prepare_for_xnnpack(model: nn.Module) -> nn.Module:
                 raise _training_error(site.name)
             _mark_legacy(hook, site.name)
         else:
-            plist = module.parametrizations[site.tensor]
+            parametrizations = cast(nn.ModuleDict, module.parametrizations)
+            plist = cast(nn.ModuleList, parametrizations[site.tensor])
             if _updates_buffers(plist):
                 raise _training_error(site.name)
             _mark_parametrization(plist, site.name)
@@ -272,7 +273,7 @@ def is_prepared(model: nn.Module) -> bool:
     for module in model.modules():
         if parametrize.is_parametrized(module) and any(
             getattr(plist, _HANDLES_ATTR, None) is not None
-            for plist in module.parametrizations.values()
+            for plist in cast(nn.ModuleDict, module.parametrizations).values()
         ):
             return True
         if any(type(hook) in _UNMARKED_LEGACY for hook in _legacy_hooks(module)):

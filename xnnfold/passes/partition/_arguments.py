@@ -17,7 +17,7 @@ graph (what to delegate), so both always agree.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, cast
 
 import torch
 from torch.fx import Node
@@ -147,7 +147,9 @@ def is_matrix_transpose(node: Node) -> bool:
     val = node.meta.get(VAL_META_KEY)
     if not isinstance(val, torch.Tensor) or val.dim() != 2:
         return False
-    return node.target is not EDGE_PERMUTE or [int(d) % 2 for d in node.args[1]] == [1, 0]
+    return node.target is not EDGE_PERMUTE or [
+        int(d) % 2 for d in cast(Sequence[int], node.args[1])
+    ] == [1, 0]
 
 
 def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> Optional[Problem]:
@@ -169,7 +171,8 @@ def permuted_weight_problem(node: Node, weight_index: int, *, folded: bool) -> O
         return None
     return Problem(
         PERMUTED_WEIGHT,
-        f"its weight '{weight.name}' is a permute with dims {list(weight.args[1])}, which is "
+        f"its weight '{weight.name}' is a permute with dims "
+        f"{list(cast(Sequence[int], weight.args[1]))}, which is "
         "not a transpose, and it is computed at run time: XNNPACK's ConvertToLinearPass "
         "reads any permute before an mm as a transpose and would compute x @ W.T",
     )

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Final, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from typing import Any, Final, Iterable, Iterator, Mapping, Optional, Sequence, Union, cast
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, ContextAwareTransformer
@@ -94,7 +94,8 @@ class _Legacy:
 
 
 _LEGACY: Final[dict[str, _Legacy]] = {}
-for _family, _code, _rcode in ((WEIGHT_NORM, "XNF101", "XNF102"), (SPECTRAL_NORM, "XNF103", "XNF104")):
+# cast: the function `_code` below rebinds this loop variable; mypy must not type it as str.
+for _family, _code, _rcode in cast(Any, ((WEIGHT_NORM, "XNF101", "XNF102"), (SPECTRAL_NORM, "XNF103", "XNF104"))):
     _apply = _Legacy(_code, _family, False, _PARAMETRIZATIONS, _family)
     _remove = _Legacy(_rcode, _family, True, _PARAMETRIZE, "remove_parametrizations")
     # The function is re-exported by torch.nn.utils; its defining module works too.
@@ -264,7 +265,7 @@ class _Leaves:
     standardization: bool = False
 
 
-def _code(node: cst.CSTNode) -> str:
+def _code(node: cst.CSTNode) -> str:  # type: ignore[no-redef]  # rebinds the loop variable above
     return cst.Module(body=[]).code_for_node(node)
 
 
@@ -754,9 +755,12 @@ class _Rewrite(ContextAwareTransformer):
     ) -> None:
         super().__init__(context)
         self._refs = {s.node: s for s in legacy if s.call is None}
-        self._removal_calls = {s.call: s for s in legacy if s.call is not None and s.legacy.removal}
+        # Every legacy site has its _Legacy (`_Analysis` records it with one).
+        self._removal_calls = {
+            s.call: s for s in legacy if s.call is not None and cast(_Legacy, s.legacy).removal
+        }
         self._applications = {
-            s.node: s for s in legacy if s.call is not None and not s.legacy.removal
+            s.node: s for s in legacy if s.call is not None and not cast(_Legacy, s.legacy).removal
         }
         self._exports = {s.call: s for s in exports}
         self._partitioners = {s.call: s for s in partitioners}

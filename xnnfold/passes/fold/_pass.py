@@ -140,8 +140,9 @@ def _evaluate(
 
     with torch.no_grad():
         for node in computation.nodes:
-            args = torch.fx.node.map_aggregate(node.args, load)
-            kwargs = torch.fx.node.map_aggregate(node.kwargs, load)
+            # map_aggregate is typed Argument -> Argument; load maps to evaluated values.
+            args = torch.fx.node.map_aggregate(node.args, load)  # type: ignore[arg-type]
+            kwargs = torch.fx.node.map_aggregate(node.kwargs, load)  # type: ignore[arg-type]
             env[node] = node.target(*args, **kwargs)  # type: ignore[operator]
     value = env[computation.root]
     if not isinstance(value, torch.Tensor):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, cast
 
 import torch
 from torch.export import ExportedProgram
@@ -91,7 +91,7 @@ def aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
         return False
     if node.target in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default):
         return rank == 2
-    act = activation.meta[VAL_META_KEY]
+    act = cast(Node, activation).meta[VAL_META_KEY]  # is_float32: a Node
     if node.target in (torch.ops.aten.matmul.default, torch.ops.aten.linear.default):
         # On a non-contiguous batched activation (x.movedim(1, -1)) torch decomposes both
         # into expand + bmm, and executorch does not keep the linear: nothing would take
@@ -124,7 +124,9 @@ def argument_problem(
         )
     if target is torch.ops.aten.convolution.default:
         return deconvolution_problem(
-            transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
+            transposed=bool(node.args[6]),
+            stride=cast(Sequence[int], node.args[3]),
+            output_padding=cast(Sequence[int], node.args[7]),
         )
     if target in _ATEN_DECONVOLUTIONS:
         args = node.args

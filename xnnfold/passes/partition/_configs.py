@@ -11,7 +11,7 @@ it into a constant at preprocess. Everything else is the stock config's decision
 from __future__ import annotations
 
 import logging
-from typing import Optional, Union
+from typing import Optional, Sequence, Union, cast
 
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
@@ -130,6 +130,8 @@ class FoldingGEMMMixin:
     # Provided by GEMMConfig.
     weight_idx: int
     bias_idx: Optional[int]
+    # Provided by XNNPartitionerConfig (set in its __init__; annotation only).
+    force_non_static_weights_for_f32_linear: bool
 
     def arg_positions(self) -> tuple[int, ...]:
         return (self.weight_idx,) if self.bias_idx is None else (
@@ -371,7 +373,9 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         return shared_kernel_problem(node, self.weight_idx) or deconvolution_problem(
-            transposed=bool(node.args[6]), stride=node.args[3], output_padding=node.args[7]
+            transposed=bool(node.args[6]),
+            stride=cast(Sequence[int], node.args[3]),
+            output_padding=cast(Sequence[int], node.args[7]),
         )
 
 

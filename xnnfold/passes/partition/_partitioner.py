@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Type, Union
+from typing import Callable, Optional, Sequence, Type, Union, cast
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -305,7 +305,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         found: set[str] = set()
         # The match just run recorded every declined computation of constants.
         for (node, index), rejection in list(self.rejections.items()):
-            config = self.target_partitioner_configs.get(format_target_name(node.target.__name__))
+            # A rejection's node is a GEMM, a call_function: its target is callable.
+            config = self.target_partitioner_configs.get(
+                format_target_name(cast(Callable[..., object], node.target).__name__)
+            )
             if (
                 node.name in found
                 or not rejection.computed_from_constants
@@ -579,6 +582,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """Write onto each GEMM left outside a delegate why (for `explain`), and warn
         about the ones whose weight or bias is computed from parameters."""
         declined: dict[Node, Rejection] = {}
+        rejection: Optional[Rejection]  # annotation only: reassigned from declined.get below
         for (gemm, _), rejection in self.rejections.items():
             declined.setdefault(gemm, rejection)
         for node in ep.graph.nodes:

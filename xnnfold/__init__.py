@@ -13,13 +13,11 @@ computation with the GEMM and folds it into a constant inside the delegate at pr
 from typing import TYPE_CHECKING
 
 from xnnfold._lazy import lazy_attributes
+from xnnfold._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from xnnfold.passes.report._explain import ExplainReport, explain, GemmRow
-    from xnnfold.passes.report._summary import ProgramSummary, summarize
     from xnnfold.lowering._lower import lower, to_executorch
     from xnnfold.lowering._runtime import LoadedProgram, run_pte
-    from xnnfold.passes.fold._unused import remove_unused_constants
     from xnnfold.passes import (
         FoldComputedWeightsPass,
         install_preprocess_hook,
@@ -27,6 +25,9 @@ if TYPE_CHECKING:
         uninstall_preprocess_hook,
         XnnpackFoldingPartitioner,
     )
+    from xnnfold.passes.fold._unused import remove_unused_constants
+    from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
+    from xnnfold.passes.report._summary import ProgramSummary, summarize
     from xnnfold.rewriter import (
         find_sites,
         FoldSite,
@@ -63,8 +64,6 @@ _LAZY: dict[str, str] = {
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
-
-from xnnfold._version import __version__
 
 __all__ = [
     "ExplainReport",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import logging
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any, Final, Optional
+from typing import Any, Final, Optional, TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -34,14 +34,18 @@ if TYPE_CHECKING:
     from libcst._metadata_dependent import LazyValue
     from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
     from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
-    from torch.utils._pytree import tree_flatten
     from torch.export import ExportedProgram
     from torch.export.graph_signature import ExportGraphSignature
     from torch.nn.utils.parametrizations import (
         _Orthogonal as OrthogonalParametrization,
+    )
+    from torch.nn.utils.parametrizations import (
         _SpectralNorm as SpectralNormParametrization,
+    )
+    from torch.nn.utils.parametrizations import (
         _WeightNorm as WeightNormParametrization,
     )
+    from torch.utils._pytree import tree_flatten
 
 __all__ = [
     "EXECUTORCH_RANGE",
@@ -190,17 +194,17 @@ def optional_internal(name: str) -> Optional[Any]:
         return None
 
 
-def aten_op_of(target: "EdgeOpOverload") -> "torch._ops.OpOverload":
+def aten_op_of(target: EdgeOpOverload) -> torch._ops.OpOverload:
     """The ATen OpOverload an edge-dialect op wraps."""
     return target._op
 
 
-def set_graph_signature(ep: "ExportedProgram", signature: "ExportGraphSignature") -> None:
+def set_graph_signature(ep: ExportedProgram, signature: ExportGraphSignature) -> None:
     """Replace ``ep``'s signature in place (torch exposes no setter; its passes do the same)."""
     ep._graph_signature = signature
 
 
-def real_value_of_fake(value: "torch.Tensor") -> Optional["torch.Tensor"]:
+def real_value_of_fake(value: torch.Tensor) -> Optional[torch.Tensor]:
     """The real tensor a FakeTensor stands for when it carries one (a small constant under
     a decomposition's fake mode), else None."""
     return getattr(value, "constant", None)

@@ -24,13 +24,12 @@ from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from torch import nn
 
 from xnnfold._upstream import tree_flatten
-from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
-from xnnfold.passes.report._summary import ProgramSummary, summarize
 from xnnfold.lowering._lower import lower
 from xnnfold.lowering._runtime import run_pte
 from xnnfold.passes import XnnpackFoldingPartitioner
-from xnnfold.rewriter import unprepare_for_xnnpack
-from xnnfold.rewriter import is_prepared
+from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
+from xnnfold.passes.report._summary import ProgramSummary, summarize
+from xnnfold.rewriter import is_prepared, unprepare_for_xnnpack
 
 __all__ = ["DelegationCheck", "OutputMismatch", "assert_fully_delegated"]
 

@@ -17,10 +17,10 @@ import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
-from xnnfold.passes.report._summary import summarize
+from xnnfold.fixtures import Fixture
 from xnnfold.lowering._lower import lower
 from xnnfold.lowering._runtime import LoadedProgram
-from xnnfold.fixtures import Fixture
+from xnnfold.passes.report._summary import summarize
 
 __all__ = ["VariantResult", "compare_fixture", "format_table", "VARIANTS"]
 

@@ -57,7 +57,7 @@ class UserCodeError(Exception):
 
 
 def add_export_parser(
-    subparsers: "argparse._SubParsersAction[Any]",
+    subparsers: argparse._SubParsersAction[Any],
     *,
     parents: Sequence[argparse.ArgumentParser] = (),
 ) -> None:
@@ -309,9 +309,9 @@ def _lower_and_write(
     dynamic_shapes: Optional[Any],
     args: argparse.Namespace,
 ) -> int:
+    from xnnfold.lowering._lower import lower
     from xnnfold.passes.report._explain import explain
     from xnnfold.passes.report._summary import summarize
-    from xnnfold.lowering._lower import lower
     from xnnfold.testing import _outside_lines
 
     if model.training:

@@ -1,18 +1,18 @@
 """After export: partition computed GEMM weights with their GEMM and fold them at preprocess."""
 
+from xnnfold.passes._options import FoldOptions
+from xnnfold.passes.fold._hook import (
+    install_preprocess_hook,
+    is_preprocess_hook_installed,
+    uninstall_preprocess_hook,
+)
+from xnnfold.passes.fold._pass import FoldComputedWeightsPass
 from xnnfold.passes.partition._configs import (
     FOLDING_GEMM_CONFIGS,
     FoldingAddmmConfig,
     FoldingConvolutionConfig,
     FoldingLinearConfig,
     FoldingMMConfig,
-)
-from xnnfold.passes.fold._pass import FoldComputedWeightsPass
-from xnnfold.passes._options import FoldOptions
-from xnnfold.passes.fold._hook import (
-    install_preprocess_hook,
-    is_preprocess_hook_installed,
-    uninstall_preprocess_hook,
 )
 from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
 from xnnfold.passes.partition._predicates import (

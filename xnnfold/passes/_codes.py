@@ -30,7 +30,7 @@ class Problem(str):
 
     code: ReasonCode
 
-    def __new__(cls, code: ReasonCode, text: str) -> "Problem":
+    def __new__(cls, code: ReasonCode, text: str) -> Problem:
         problem = super().__new__(cls, text)
         problem.code = code
         return problem

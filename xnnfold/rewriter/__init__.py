@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 from xnnfold._lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding
-    from xnnfold.rewriter.codemod._rules import transform_source
     from xnnfold.rewriter._marking import (
-        FoldSite,
         find_sites,
+        FoldSite,
         is_prepared,
         prepare_for_xnnpack,
         unprepare_for_xnnpack,
     )
+    from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding
+    from xnnfold.rewriter.codemod._rules import transform_source
 
 # Public name -> defining module, resolved on first access (PEP 562): _prepare imports
 # torch, which the codemod (libcst only) never needs.

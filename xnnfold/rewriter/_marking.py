@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from dataclasses import dataclass
-from typing import Any, Final, Optional, cast
+from typing import Any, cast, Final, Optional
 
 import torch
 import torch.fx.traceback as fx_traceback
@@ -27,12 +27,16 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.spectral_norm import SpectralNorm as _LegacySpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm as _LegacyWeightNorm
 
+from xnnfold._meta import SITE_META_KEY
 from xnnfold._upstream import (
     OrthogonalParametrization as _Orthogonal,
+)
+from xnnfold._upstream import (
     SpectralNormParametrization as _SpectralNorm,
+)
+from xnnfold._upstream import (
     WeightNormParametrization as _WeightNorm,
 )
-from xnnfold._meta import SITE_META_KEY
 
 __all__ = [
     "FoldSite",

@@ -45,7 +45,7 @@ _WRAPPED_MARK: Final = "__xnnfold_wrapped__"
 _MAX_CHAIN: Final = 32
 _lock = threading.Lock()
 # Our wrapper functions, recognised by identity under someone else's wrapper.
-_OUR_FUNCTIONS: "weakref.WeakSet[Callable[..., PreprocessResult]]" = weakref.WeakSet()
+_OUR_FUNCTIONS: weakref.WeakSet[Callable[..., PreprocessResult]] = weakref.WeakSet()
 
 
 def _current() -> object:

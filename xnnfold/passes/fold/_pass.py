@@ -15,8 +15,7 @@ left untouched, so a second run reports ``modified=False``.
 from __future__ import annotations
 
 import dataclasses
-
-from typing import Optional
+from typing import Final, Optional
 
 import torch
 from executorch.backends.transforms.utils import create_constant_placeholder
@@ -25,8 +24,6 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
-from xnnfold._upstream import exir_ops, set_graph_signature, XNNPACKPass
-from xnnfold.passes.partition._arguments import is_matrix_transpose
 from xnnfold._meta import (
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
@@ -34,8 +31,10 @@ from xnnfold._meta import (
     PROVENANCE_META_KEYS,
     VAL_META_KEY,
 )
+from xnnfold._upstream import exir_ops, set_graph_signature, XNNPACKPass
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes.partition._arguments import is_matrix_transpose
 from xnnfold.passes.partition._predicates import (
     computation_key,
     constant_fqns,
@@ -206,6 +205,9 @@ def _unique_name(taken: set[str], base: str) -> str:
     taken.add(name)
     return name
 
+# Frozen, so one shared default is safe.
+_DEFAULT_OPTIONS: Final = FoldOptions()
+
 
 class FoldComputedWeightsPass(XNNPACKPass):
     """Replace each marked GEMM's computed weight or bias by a folded parameter.
@@ -219,7 +221,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         self,
         exported_program: ExportedProgram,
         *,
-        options: FoldOptions = FoldOptions(),
+        options: FoldOptions = _DEFAULT_OPTIONS,
     ) -> None:
         super().__init__(exported_program)
         # For GEMMs marked without options (by hand); the partitioner's marks carry the

@@ -17,12 +17,13 @@ graph (what to delegate), so both always agree.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, cast
+from typing import Callable, cast, Optional, Sequence
 
 import torch
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from xnnfold._meta import VAL_META_KEY
 from xnnfold.passes._codes import (
     ADDMM_BIAS_SHAPE,
     ADDMM_SCALES,
@@ -31,7 +32,6 @@ from xnnfold.passes._codes import (
     Problem,
     SHARED_KERNEL,
 )
-from xnnfold._meta import VAL_META_KEY
 from xnnfold.passes._ops import CONVOLUTION_TARGETS, EDGE_PERMUTE, EDGE_TRANSPOSES
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, cast
+from typing import Callable, cast, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -20,9 +20,9 @@ from torch.export.graph_signature import InputKind
 from torch.fx import Graph, Node
 
 from xnnfold._meta import VAL_META_KEY
+from xnnfold.passes._codes import Problem
 from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BLOCKLIST
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._codes import Problem
 from xnnfold.passes.partition._arguments import (
     addmm_problem,
     deconvolution_problem,
@@ -160,7 +160,7 @@ class AtenPlan:
     not_folding: frozenset[str]
 
 
-_PLANS: "weakref.WeakKeyDictionary[Graph, tuple[object, AtenPlan]]" = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[Graph, tuple[object, AtenPlan]] = weakref.WeakKeyDictionary()
 
 
 def aten_plan(
@@ -212,12 +212,13 @@ def aten_plan(
             results[index] = result if ok else None  # type: ignore[assignment]
 
         def constant_or_foldable(index: int) -> bool:
-            arg = node.args[index] if index < len(node.args) else None
+            # Called only within this iteration, so the loop variables are the right ones.
+            arg = node.args[index] if index < len(node.args) else None  # noqa: B023
             if arg is None:
                 return True
             if isinstance(arg, Node) and arg.op == "placeholder":
                 return is_constant_source(ep, arg, written_buffers)
-            return results[index] is not None
+            return results[index] is not None  # noqa: B023
 
         # Ops are kept only for a GEMM the edge configs will then take with every
         # argument in its partition: a kept op outside a delegate has no kernel at all.

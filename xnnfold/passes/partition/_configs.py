@@ -11,7 +11,7 @@ it into a constant at preprocess. Everything else is the stock config's decision
 from __future__ import annotations
 
 import logging
-from typing import Optional, Sequence, Union, cast
+from typing import cast, Optional, Sequence, Union
 
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
@@ -28,8 +28,9 @@ from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._codes import Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
+from xnnfold.passes._codes import Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
+from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.partition._arguments import (
     addmm_problem,
     addmm_scales,
@@ -37,7 +38,6 @@ from xnnfold.passes.partition._arguments import (
     permuted_weight_problem,
     shared_kernel_problem,
 )
-from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.partition._predicates import (
     find_weight_computation,
     is_constant_source,
@@ -262,7 +262,7 @@ class FoldingGEMMMixin:
             self.rejections.pop((node, arg_index), None)
         return (True, [*result.nodes, *result.sources])
 
-    def _get_weight_deps(  # type: ignore[override]
+    def _get_weight_deps(
         self, node: Node, ep: ExportedProgram, precision: ConfigPrecisionType
     ) -> tuple[bool, list[Node]]:
         valid, deps = super()._get_weight_deps(node, ep, precision)  # type: ignore[misc]
@@ -271,7 +271,7 @@ class FoldingGEMMMixin:
         computed = self._computed_deps(node, self.weight_idx, ep)
         return (valid, deps) if computed is None else computed
 
-    def _get_bias_deps(  # type: ignore[override]
+    def _get_bias_deps(
         self, node: Node, ep: ExportedProgram, precision: ConfigPrecisionType
     ) -> tuple[bool, list[Node]]:
         valid, deps = super()._get_bias_deps(node, ep, precision)  # type: ignore[misc]
@@ -321,7 +321,7 @@ class FoldingGEMMMixin:
                 )
         return None
 
-    def check_constraints(  # type: ignore[override]
+    def check_constraints(
         self, node: Node, ep: ExportedProgram
     ) -> bool:
         problem = self._written_static_problem(node, ep) or self._argument_problem(node, ep)
@@ -348,7 +348,7 @@ class FoldingGEMMMixin:
                 folded[index] = result.site
         return folded
 
-    def get_node_and_deps(  # type: ignore[override]
+    def get_node_and_deps(
         self, node: Node, ep: ExportedProgram
     ) -> list[Node]:
         partition = super().get_node_and_deps(node, ep)  # type: ignore[misc]
@@ -395,7 +395,7 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
         )
         return permuted_weight_problem(node, self.weight_idx, folded=folded)
 
-    def get_deps(  # type: ignore[override]
+    def get_deps(
         self, node: Node, ep: ExportedProgram
     ) -> tuple[bool, list[Node]]:
         # The stock addmm/mm config maps a decomposed F.linear back to its source
@@ -406,7 +406,7 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
             isinstance(self.computation(node, i, ep), WeightComputation)
             for i in self.arg_positions()
         ):
-            return GEMMConfig.get_deps(self, node, ep)  # type: ignore[arg-type]
+            return GEMMConfig.get_deps(self, node, ep)
         return super().get_deps(node, ep)  # type: ignore[misc]
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Type, Union, cast
+from typing import Callable, cast, Optional, Sequence, Union
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -34,12 +34,6 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold._upstream import EdgeOpOverload
-from xnnfold._upstream import check_releases, installed_version as _installed, supports_bf16
-from xnnfold.passes.partition._configs import (
-    FOLDING_GEMM_CONFIGS,
-    FoldingGEMMMixin,
-)
 from xnnfold._meta import (
     CUSTOM_META_KEY,
     DELEGATION_TAG_META_KEY,
@@ -50,6 +44,8 @@ from xnnfold._meta import (
     REASON_CODE_META_KEY,
     REASON_META_KEY,
 )
+from xnnfold._upstream import check_releases, EdgeOpOverload, supports_bf16
+from xnnfold._upstream import installed_version as _installed
 from xnnfold.passes._codes import Problem, STOCK
 from xnnfold.passes._ops import (
     DEFAULT_MAX_FOLD_NODES,
@@ -57,26 +53,30 @@ from xnnfold.passes._ops import (
     QUANTIZATION_NAMESPACES,
 )
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes.fold._hook import install_preprocess_hook
+from xnnfold.passes.fold._pass import has_fold_marks
 from xnnfold.passes.partition._aten_plan import (
     aten_plan,
     AtenPlan,
     constant_computation,
 )
+from xnnfold.passes.partition._configs import (
+    FOLDING_GEMM_CONFIGS,
+    FoldingGEMMMixin,
+)
 from xnnfold.passes.partition._decompositions import filter_is_redundant
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, DisjointSets
-from xnnfold.passes.fold._pass import has_fold_marks
-from xnnfold.passes.fold._hook import install_preprocess_hook
-from xnnfold.passes.report._reasons import (
-    collect_why_reasons,
-    module_path,
-    reads_parameters,
-)
 from xnnfold.passes.partition._predicates import (
     is_gemm,
     op_overload,
     Rejection,
     stored_constants,
     value_bytes,
+)
+from xnnfold.passes.report._reasons import (
+    collect_why_reasons,
+    module_path,
+    reads_parameters,
 )
 
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
@@ -91,7 +91,7 @@ _MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY)
 class _ConstantFact:
     """What the methods lowered so far do with one constant tensor."""
 
-    tensor: "weakref.ref[torch.Tensor]"
+    tensor: weakref.ref[torch.Tensor]
     written: bool = False
     stored: bool = False
 
@@ -157,8 +157,8 @@ def _mark_preserved(node: Node) -> None:
 
 
 def folding_configs(
-    configs: Sequence[Type[XNNPartitionerConfig]],
-) -> list[Type[XNNPartitionerConfig]]:
+    configs: Sequence[type[XNNPartitionerConfig]],
+) -> list[type[XNNPartitionerConfig]]:
     """``configs`` with each stock GEMM config replaced by its folding version."""
     return [FOLDING_GEMM_CONFIGS.get(config, config) for config in configs]
 
@@ -201,7 +201,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     def __init__(
         self,
-        configs: Optional[list[Type[XNNPartitionerConfig]]] = None,
+        configs: Optional[list[type[XNNPartitionerConfig]]] = None,
         config_precisions: Optional[
             Union[ConfigPrecisionType, list[ConfigPrecisionType]]
         ] = None,
@@ -331,9 +331,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             copied = [s for s in computation.sources if _copy_freed(s, members, group_of)]
             folded = value_bytes(computation.root)
             copies = [value_bytes(s) for s in copied]
-            if copied and folded is not None and None not in copies:
-                if folded <= sum(c for c in copies if c is not None):
-                    found.add(node.name)
+            if (
+                copied
+                and folded is not None
+                and None not in copies
+                and folded <= sum(c for c in copies if c is not None)
+            ):
+                found.add(node.name)
         return frozenset(found)
 
     def _unfolded_constant_gemms(
@@ -510,7 +514,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         with collect_why_reasons() as stock_reasons:
             result = super().partition(exported_program)
         if self.fold:
-            graph = exported_program.graph
             if has_fold_marks(exported_program):
                 install_preprocess_hook()
             self._check_preserved_were_delegated(exported_program)

@@ -19,6 +19,20 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
+from xnnfold._meta import (
+    CUSTOM_META_KEY,
+    EXTERNAL_TAG_KEYS,
+    PRESERVED_META_KEY,
+    SITE_META_KEY,
+    VAL_META_KEY,
+)
+from xnnfold._upstream import (
+    aten_op_of,
+    EdgeOpOverload,
+    is_fake,
+    real_value_of_fake,
+    unset_fake_temporarily,
+)
 from xnnfold.passes._codes import (
     DYNAMIC_SHAPE,
     EXTERNAL_DATA,
@@ -30,15 +44,6 @@ from xnnfold.passes._codes import (
     SHARED_TOO_WIDE,
     TOO_MANY_NODES,
 )
-from xnnfold._upstream import aten_op_of, EdgeOpOverload, is_fake, real_value_of_fake, unset_fake_temporarily
-from xnnfold.passes._options import FoldOptions
-from xnnfold._meta import (
-    CUSTOM_META_KEY,
-    EXTERNAL_TAG_KEYS,
-    PRESERVED_META_KEY,
-    SITE_META_KEY,
-    VAL_META_KEY,
-)
 from xnnfold.passes._ops import (
     ASSERTION_OPS,
     EDGE_NO_DECOMP_NAMESPACE,
@@ -49,6 +54,7 @@ from xnnfold.passes._ops import (
     SYMBOLIC_SCALAR_OPS,
     UNFOLDABLE_OPS,
 )
+from xnnfold.passes._options import FoldOptions
 
 __all__ = [
     "WeightComputation",
@@ -187,7 +193,7 @@ class _ConstantMap:
     weight_only_without: dict[frozenset[str], dict[str, bool]] = field(default_factory=dict)
 
 
-_CONSTANT_MAPS: "weakref.WeakKeyDictionary[Graph, _ConstantMap]" = (
+_CONSTANT_MAPS: weakref.WeakKeyDictionary[Graph, _ConstantMap] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -206,7 +212,7 @@ class _SignatureIndex:
     mutated: frozenset[str]
 
     @classmethod
-    def of(cls, ep: ExportedProgram) -> "_SignatureIndex":
+    def of(cls, ep: ExportedProgram) -> _SignatureIndex:
         signature = ep.graph_signature
         return cls(
             frozenset(signature.inputs_to_parameters)
@@ -735,7 +741,7 @@ class _Argument:
         )
 
 
-def _run_time_rule(*, arg: _Argument, cmap: "_ConstantMap", site: Optional[str]) -> Optional[Rejection]:
+def _run_time_rule(*, arg: _Argument, cmap: _ConstantMap, site: Optional[str]) -> Optional[Rejection]:
     """XNF201: the argument is not computed from constants alone."""
     if cmap.constant.get(arg.root.name, False):
         return None
@@ -749,7 +755,7 @@ def _run_time_rule(*, arg: _Argument, cmap: "_ConstantMap", site: Optional[str])
 
 
 def _walked_nodes_rule(
-    *, arg: _Argument, closure: list[Node], cmap: "_ConstantMap", site: Optional[str]
+    *, arg: _Argument, closure: list[Node], cmap: _ConstantMap, site: Optional[str]
 ) -> Optional[Rejection]:
     """XNF201 again, node by node over the walked computation.
 
@@ -840,7 +846,7 @@ def _size_rule(
     ep: ExportedProgram,
     closure: list[Node],
     nodes: tuple[Node, ...],
-    cmap: "_ConstantMap",
+    cmap: _ConstantMap,
     options: FoldOptions,
     stored_elsewhere: frozenset[str],
     weight_only: dict[str, bool],

@@ -18,8 +18,8 @@ from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._upstream import is_buffer, is_lifted_tensor_constant, is_param
 from xnnfold._meta import NN_MODULE_STACK_META_KEY
+from xnnfold._upstream import is_buffer, is_lifted_tensor_constant, is_param
 from xnnfold.passes._ops import STOCK_WHY_LOGGERS
 from xnnfold.passes.partition._predicates import is_gemm
 

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import ast
 import concurrent.futures
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -420,10 +421,8 @@ def _write_atomic(path: str, data: bytes, expected: os.stat_result) -> None:
             raise OSError(f"{path} changed on disk during the run; not rewritten")
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 
@@ -473,7 +472,7 @@ def _process(
         return FileReport(path, STATUS_UNPARSEABLE, reason=error.reason), False
     except (UnicodeDecodeError, SyntaxError) as error:
         return FileReport(path, STATUS_UNPARSEABLE, reason=f"{type(error).__name__}: {error}"), False
-    except Exception as error:  # noqa: BLE001 - one rule bug must not abort a whole tree
+    except Exception as error:
         reason = f"internal error in the codemod rules: {type(error).__name__}: {error}"
         return FileReport(path, STATUS_ERROR, reason=reason), False
     findings = tuple(sorted(outcome.findings, key=lambda f: (f.line, f.col, f.code, f.message)))
@@ -794,7 +793,7 @@ def _run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def add_codemod_parser(
-    subparsers: argparse._SubParsersAction,  # type: ignore[type-arg]
+    subparsers: argparse._SubParsersAction,
     *,
     parents: Sequence[argparse.ArgumentParser] = (),
 ) -> argparse.ArgumentParser:

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Final, Iterable, Iterator, Mapping, Optional, Sequence, Union, cast
+from typing import Any, cast, Final, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 import libcst as cst
 from libcst.codemod import Codemod, CodemodContext, ContextAwareTransformer

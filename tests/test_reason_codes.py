@@ -1,0 +1,81 @@
+"""Every reason carries a stable code (XNF2xx): in `explain`, in the WARNING, in the docs."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.utils.parametrizations import weight_norm
+
+import xnnfold
+from xnnfold.passes._codes import CODES
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "reasons.md"
+
+
+def test_codes_are_unique_and_well_formed() -> None:
+    assert all(re.fullmatch(r"XNF2\d\d", code) for code in CODES)
+    names = [c.name for c in CODES.values()]
+    assert len(set(names)) == len(names)
+
+
+def test_every_code_is_documented() -> None:
+    text = DOCS.read_text()
+    missing = [code for code, c in CODES.items() if f"| {code} | `{c.name}` |" not in text]
+    assert missing == []
+
+
+class _SharedSource(nn.Module):
+    """The weight_norm direction is also read outside the weight computation (XNF204)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = weight_norm(nn.Conv1d(4, 4, 3, padding=1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x) + self.conv.parametrizations.weight.original1.sum()
+
+
+class _Modulated(nn.Module):
+    """A weight scaled per call by an input: computed, not from constants (XNF201)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 8))
+
+    def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(x, self.weight * style)
+
+
+@pytest.mark.runtime
+def test_a_declined_fold_carries_its_code_in_explain_and_the_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    torch.manual_seed(0)
+    with caplog.at_level(logging.WARNING, logger="xnnfold"):
+        edge = xnnfold.lower(_SharedSource().eval(), (torch.randn(1, 4, 9),))
+    (row,) = xnnfold.explain(edge).outside
+    assert row.code == "XNF204" and "also used by" in (row.reason or "")
+    assert "XNF204: " in xnnfold.explain(edge).table()
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("xnnfold")]
+    assert any(m.endswith("[XNF204]") for m in warnings), warnings
+
+
+@pytest.mark.runtime
+def test_a_weight_computed_at_run_time_carries_xnf201() -> None:
+    torch.manual_seed(0)
+    edge = xnnfold.lower(_Modulated().eval(), (torch.randn(2, 8), torch.randn(8, 8)))
+    (row,) = xnnfold.explain(edge).rows
+    assert row.code == "XNF201" and "run time" in (row.reason or "")
+
+
+@pytest.mark.runtime
+def test_a_stock_reason_is_passed_on_as_xnf290() -> None:
+    model = nn.Linear(4, 4).double().eval()
+    edge = xnnfold.lower(model, (torch.randn(2, 4, dtype=torch.float64),))
+    (row,) = xnnfold.explain(edge).outside
+    assert row.code == "XNF290" and "dtype" in (row.reason or "")

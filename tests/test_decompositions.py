@@ -186,7 +186,11 @@ def test_listed_op_decomposes_only_to_its_listed_ops(op, fn, inputs) -> None:
     assert _products(ep, op) <= DECOMPOSES_ONLY_TO[op]
 
 
-@pytest.mark.parametrize("inputs, dynamic_shapes", DYNAMIC_MATMUL_CASES, ids=str)
+@pytest.mark.parametrize(
+    "inputs, dynamic_shapes",
+    DYNAMIC_MATMUL_CASES,
+    ids=[f"case{i}" for i in range(len(DYNAMIC_MATMUL_CASES))],
+)
 def test_matmul_with_dynamic_sizes_decomposes_only_to_its_listed_ops(inputs, dynamic_shapes) -> None:
     ep = torch.export.export(TwoOperands(), inputs, dynamic_shapes=dynamic_shapes)
     ep = ep.run_decompositions({})

@@ -21,7 +21,7 @@ import torch
 from xnnfold.cli._demo import compare_fixture, format_table
 from xnnfold.fixtures import FIXTURES
 
-# Left out of the default run: lowering it three ways takes minutes (tests/test_patterns.py
+# Left out of the default run: lowering it three ways takes minutes (tests/end_to_end/test_patterns.py
 # covers it); pass --fixtures hundred_weight_norm to include it.
 SLOW_TO_LOWER = frozenset({"hundred_weight_norm"})
 DEFAULT_FIXTURES = sorted(set(FIXTURES) - SLOW_TO_LOWER)

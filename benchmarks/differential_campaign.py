@@ -1,9 +1,9 @@
 """A long differential campaign: thousands of generated programs through the four oracles.
 
-The problem: the pytest tier (``tests/test_differential.py``) can afford ~45 programs;
+The problem: the pytest tier (``tests/end_to_end/test_differential.py``) can afford ~45 programs;
 rare combinations (a bias of shape ``(M, 1)`` on an ``addmm`` with ``beta = 0`` in a
 dynamic method) need thousands. This CLI runs the same generator
-(`xnnfold.fixtures._grammar`) and the same oracles (`tests.test_differential.check_program`)
+(`xnnfold.fixtures._grammar`) and the same oracles (`tests.end_to_end.test_differential.check_program`)
 over ``--models`` seeds, shrinks each failure greedily, and writes a Markdown summary:
 programs run, failures per oracle (those where the stock program is as wrong as
 xnnfold's marked "upstream"), per-kind counts, wall time, and every failure's
@@ -29,7 +29,7 @@ from typing import Final, Optional
 ROOT: Final = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `tests` is a package of the repository, not installed
 
-from tests.test_differential import (  # noqa: E402
+from tests.end_to_end.test_differential import (  # noqa: E402
     ORACLE_NAMES,
     ORACLES,
     Outcome,

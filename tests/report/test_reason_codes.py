@@ -14,7 +14,7 @@ from torch.nn.utils.parametrizations import weight_norm
 import xnnfold
 from xnnfold.passes._codes import CODES
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "reasons.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "reasons.md"
 
 
 def test_codes_are_unique_and_well_formed() -> None:

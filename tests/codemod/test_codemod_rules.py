@@ -35,7 +35,7 @@ from xnnfold.rewriter.codemod._rules import _FOLDING_POSITIONAL, FOLDING_PARTITI
 if TYPE_CHECKING:
     import torch
 
-FIXTURES = Path(__file__).parent / "fixtures" / "codemod"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "codemod"
 INPUTS = sorted(FIXTURES.glob("*/*.in.py"))
 RULES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
 _OPTIONS_RE = re.compile(r"^# codemod-options: (.*)$", re.M)
@@ -351,7 +351,7 @@ def test_libcst_tool_runs_the_command(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]

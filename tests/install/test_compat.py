@@ -109,7 +109,7 @@ def test_pyproject_declares_the_checked_ranges() -> None:
     import tomllib
     from pathlib import Path
 
-    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
     extra = set(project["optional-dependencies"]["xnnpack"])
     assert extra == {
         f"torch>={_compat.TORCH_RANGE[0]},<{_compat.TORCH_RANGE[1]}",

@@ -476,7 +476,7 @@ def reproducer(program: Program, failure: Failure) -> str:
         f"# oracle ({failure.oracle}) {ORACLE_NAMES[failure.oracle]}: {failure.message}",
         describe(program),
         "from xnnfold.fixtures._grammar import *",
-        "from tests.test_differential import check_program",
+        "from tests.end_to_end.test_differential import check_program",
         f"program = {program!r}",
         "built = build_program(program)  # .modules / .inputs / .dynamic_shapes per method",
         f"outcome = check_program(program)",
@@ -667,7 +667,7 @@ def test_campaign_finding_kept_op_stranded_across_methods() -> None:
 # Found by the campaign (seed 2, program 210): the addmm's bias is `mm(a, 3 - p)`, a GEMM
 # whose own weight is marked too; folding the inner weight first erased nodes the bias
 # computation still listed ("Expected a proper Tensor but got None"). Computations are
-# now folded outermost first (tests/test_nested_gemms.py).
+# now folded outermost first (tests/partition/test_nested_gemms.py).
 KNOWN_NONE_TENSOR: Final = "Program(seed=2000215000, scenario='chain', sources=(Source(name='s0', shape=(2, 11), kind='param', dtype='float32', param='none'), Source(name='s1', shape=(2,), kind='param', dtype='float16', param='none'), Source(name='s2', shape=(2, 11), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=2, spatial=(8,), batch=1, layers=(Gemm(kind='addmm', in_ch=2, out_ch=11, weight=Normalize(op='amin', x=Src(name='s0'), dim=0, keepdim=False), bias=LowRank(a=Reshape(x=Src(name='s1'), shape=(1, 2), view=True), b=ScalarOp(op='rsub', x=Src(name='s2'), value=3.0), shape=(1, 11)), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False),), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=False),))"
 
 
@@ -699,7 +699,7 @@ def test_campaign_finding_source_of_a_declined_gemm_folded_by_another_method() -
 # Found by the campaign (seed 3, program 236): a conv_transpose2d whose stored kernel is
 # also read by an elementwise op (`abs`) was delegated, and XNNPACK computed it wrongly
 # (off by 5.3; the stock partitioner is wrong too, and here failed to run). A 2D kernel
-# a non-convolution shares now stays on portable (tests/test_convolution_arguments.py).
+# a non-convolution shares now stays on portable (tests/partition/test_convolution_arguments.py).
 KNOWN_SHARED_2D_KERNEL: Final = "Program(seed=3000244000, scenario='chain', sources=(Source(name='s0', shape=(7, 14, 2, 2), kind='buffer', dtype='float32', param='none'), Source(name='s1', shape=(48,), kind='const', dtype='bfloat16', param='none'), Source(name='s2', shape=(16, 7, 1), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=7, spatial=(6,), batch=2, layers=(Gemm(kind='conv_transpose2d', in_ch=7, out_ch=14, weight=Src(name='s0'), bias=Narrow(how='slice', x=Piece(how='chunk', x=Unary(op='reciprocal', x=Src(name='s1')), dim=0, pieces=3, index=2), dim=0, start=2, length=14), kernel=2, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='conv1d', in_ch=14, out_ch=16, weight=Src(name='s2'), bias=None, kernel=1, stride=1, padding=0, dilation=2, groups=2, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=True)), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=True),))"
 
 
@@ -715,7 +715,7 @@ def test_campaign_finding_shared_2d_kernel() -> None:
 # behind an identity permute (`.permute(0, 1)`); folding it would grow the program, so it
 # was delegated with the weight computed at run time, and XNNPACK's ConvertToLinearPass
 # read the permute as a transpose: a lowering error here, a silently wrong result for a
-# square weight (tests/test_run_time_weights.py). Such a GEMM now stays on portable.
+# square weight (tests/partition/test_run_time_weights.py). Such a GEMM now stays on portable.
 KNOWN_IDENTITY_PERMUTE: Final = "Program(seed=5000165000, scenario='addmm', sources=(Source(name='s0', shape=(9, 3), kind='const', dtype='float32', param='none'), Source(name='s1', shape=(9, 1), kind='param', dtype='float32', param='spectral_norm'), Source(name='s2', shape=(9, 4), kind='param', dtype='float32', param='none'), Source(name='s3', shape=(4, 3), kind='buffer', dtype='float32', param='none'), Source(name='s4', shape=(10, 2), kind='buffer', dtype='float32', param='none'), Source(name='s5', shape=(1, 10), kind='const', dtype='float32', param='none'), Source(name='s6', shape=(1, 10), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=3, spatial=(4,), batch=2, layers=(Gemm(kind='addmm', in_ch=3, out_ch=9, weight=Unary(op='sin', x=Reshape(x=Src(name='s0'), shape=(3, 9), view=False)), bias=Cast(x=Normalize(op='std', x=Permute(x=Src(name='s1'), dims=(1, 0)), dim=1, keepdim=False), dtype='bfloat16'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=0.0, bias_shape='1N', module=False), Gemm(kind='addmm', in_ch=9, out_ch=10, weight=LowRank(a=Narrow(how='narrow', x=LowRank(a=Src(name='s2'), b=Src(name='s3'), shape=(9, 3)), dim=1, start=0, length=2), b=Permute(x=Reshape(x=Src(name='s4'), shape=(2, 10), view=False), dims=(0, 1)), shape=(9, 10)), bias=ScalarOp(op='sub', x=Binary(op='add', x=Src(name='s5'), y=Src(name='s6')), value=-1.5), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False)), side=(), table=None, dynamic=False),))"
 
 

@@ -17,7 +17,7 @@ from xnnfold.rewriter import transform_source
 from xnnfold.rewriter.codemod._driver import run_codemod
 
 # The rule fixtures and their per-file options, as the rule tests read them.
-from tests.test_codemod_rules import FIXTURES, INPUTS, _options
+from tests.codemod.test_codemod_rules import FIXTURES, INPUTS, _options
 
 
 def _id(path: Path) -> str:

@@ -437,7 +437,7 @@ def make_inputs(spec: ModelSpec) -> tuple[torch.Tensor, ...]:
 
 def reproduction(spec: ModelSpec) -> str:
     """Code that rebuilds and lowers the failing example, with one line per layer."""
-    lines = ["from tests.test_generated_models import *", f"spec = {spec!r}"]
+    lines = ["from tests.end_to_end.test_generated_models import *", f"spec = {spec!r}"]
     channels = spec.in_channels
     for i, layer in enumerate(spec.layers):
         shape = weight_shape(layer, channels)

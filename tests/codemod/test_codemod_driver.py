@@ -23,7 +23,8 @@ import pytest
 
 from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 from xnnfold.cli import main as cli_main
-from xnnfold.rewriter.codemod._driver import main, run_codemod, trigger_pattern
+from xnnfold.cli._codemod import main
+from xnnfold.rewriter.codemod._driver import run_codemod, trigger_pattern
 
 OLD = b"legacy_wn("
 NEW = b"new_wn("

@@ -88,7 +88,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         help="seconds of timed calls after which a slow variant (stock) stops being timed",
     )
     demo.set_defaults(func=_demo)
-    from xnnfold.rewriter.codemod._driver import add_codemod_parser
+    from xnnfold.cli._codemod import add_codemod_parser
 
     add_codemod_parser(sub, parents=[verbose])
     from xnnfold.cli._export import add_export_parser

@@ -10,9 +10,8 @@ keeps its computed arguments' sources, which another GEMM's fold must not then d
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
-from typing import Callable, cast, Optional, Sequence
+from typing import Callable, cast, MutableMapping, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
@@ -41,6 +40,7 @@ from xnnfold.passes.partition._predicates import (
 
 __all__ = [
     "AtenPlan",
+    "PlanCache",
     "aten_plan",
     "constant_computation",
     "input_dependent",
@@ -160,7 +160,8 @@ class AtenPlan:
     not_folding: frozenset[str]
 
 
-_PLANS: weakref.WeakKeyDictionary[Graph, tuple[object, AtenPlan]] = weakref.WeakKeyDictionary()
+# A cache of plans by graph, owned by the caller (one partitioner): (key, plan).
+PlanCache = MutableMapping[Graph, tuple[object, AtenPlan]]
 
 
 def aten_plan(
@@ -170,15 +171,17 @@ def aten_plan(
     force_non_static_weights: bool,
     written_buffers: frozenset[str] = frozenset(),
     stored_elsewhere: frozenset[str] = frozenset(),
+    cache: Optional[PlanCache] = None,
 ) -> AtenPlan:
     """The nodes of foldable weight computations whose op the decompositions would
     change (none of a computation that reads a buffer in ``written_buffers``), and the
     GEMMs the edge configs will not fold. With ``force_non_static_weights`` no bias
     folds (the stock configs take fp32 biases at run time then) and no fully-connected
-    weight either."""
+    weight either. ``cache`` (a weak mapping the caller owns) keeps the last plan per
+    graph, reused while the graph's node count and the arguments are unchanged."""
     graph = ep.graph
     key = (len(graph.nodes), options, force_non_static_weights, written_buffers, stored_elsewhere)
-    cached = _PLANS.get(graph)
+    cached = cache.get(graph) if cache is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
     preserved: dict[str, torch._ops.OpOverload] = {}
@@ -259,7 +262,8 @@ def aten_plan(
                 if op is not None and keepable(op):
                     preserved[member.name] = op
     plan = AtenPlan(preserved, frozenset(not_folding))
-    _PLANS[graph] = (key, plan)
+    if cache is not None:
+        cache[graph] = (key, plan)
     return plan
 
 

@@ -59,6 +59,7 @@ from xnnfold.passes.partition._aten_plan import (
     aten_plan,
     AtenPlan,
     constant_computation,
+    PlanCache,
 )
 from xnnfold.passes.partition._configs import (
     FOLDING_GEMM_CONFIGS,
@@ -241,6 +242,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         self.keep_decomposition_filter = keep_decomposition_filter
         self.rejections: dict[tuple[Node, int], Rejection] = {}
         self._argument_problems: dict[str, Problem] = {}
+        # This partitioner's ATen plans by graph (a graph is asked about several times).
+        self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._shared_folds: set[str] = set()
         # FQNs of this partitioner's buffers that some method writes, of its constants
         # that some method stores whatever folds (see `_note_constants`), and the tensor
@@ -483,6 +486,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             force_non_static_weights=self._force_non_static_weights,
             written_buffers=frozenset(self._written_buffers),
             stored_elsewhere=self._stored_elsewhere,
+            cache=self._plans,
         )
 
     def _refresh_facts(self) -> None:

@@ -10,6 +10,7 @@ program that runs like eager.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -25,12 +26,21 @@ from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes import FoldOptions
 from xnnfold.passes.partition._predicates import (
     _constant_map,
+    analysis_scope,
     find_weight_computation,
+    new_analysis_cache,
     Rejection,
     WeightComputation,
 )
 
 LINEAR = torch.ops.aten.linear.default
+
+
+@pytest.fixture(autouse=True)
+def one_lowering() -> Iterator[None]:
+    """The predicate's queries share one cache, as inside one partitioner's lowering."""
+    with analysis_scope(new_analysis_cache()):
+        yield
 LINEAR_ARGS = (1, 2)
 
 
@@ -194,3 +204,20 @@ def test_fold_pass_removes_every_source_kind_in_one_signature(lowered_source_kin
     for spec in ep.graph_signature.input_specs:
         if spec.target is not None:
             assert spec.target in stored
+
+
+def test_a_query_fills_only_the_innermost_scope() -> None:
+    ep = _weight_norm_linear_program()
+    with analysis_scope(new_analysis_cache()) as outer:
+        with analysis_scope(new_analysis_cache()) as inner:
+            _constant_map(ep)
+        assert ep.graph in inner and ep.graph not in outer
+        _constant_map(ep)
+        assert ep.graph in outer
+
+
+def test_two_partitioners_do_not_share_constant_maps() -> None:
+    first, second = XnnpackFoldingPartitioner(), XnnpackFoldingPartitioner()
+    ep = _weight_norm_linear_program()
+    first.ops_to_not_decompose(ep)
+    assert ep.graph in first._analysis and ep.graph not in second._analysis

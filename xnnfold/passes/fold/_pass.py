@@ -36,9 +36,11 @@ from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.partition._arguments import is_matrix_transpose
 from xnnfold.passes.partition._predicates import (
+    analysis_scope,
     computation_key,
     constant_fqns,
     find_weight_computation,
+    new_analysis_cache,
     Rejection,
     WeightComputation,
 )
@@ -227,6 +229,8 @@ class FoldComputedWeightsPass(XNNPACKPass):
         # For GEMMs marked without options (by hand); the partitioner's marks carry the
         # options it decided with, and those win.
         self.options = options
+        # This pass's own constant maps (the delegate's program is a private copy).
+        self._analysis = new_analysis_cache()
 
     def _computations(self) -> list[WeightComputation]:
         ep = self.exported_program
@@ -374,6 +378,10 @@ class FoldComputedWeightsPass(XNNPACKPass):
         return before, dead
 
     def call(self, graph_module: GraphModule) -> PassResult:
+        with analysis_scope(self._analysis):
+            return self._fold(graph_module)
+
+    def _fold(self, graph_module: GraphModule) -> PassResult:
         ep = self.exported_program
         graph = graph_module.graph
         computations = self._computations()

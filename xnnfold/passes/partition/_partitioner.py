@@ -68,7 +68,9 @@ from xnnfold.passes.partition._configs import (
 from xnnfold.passes.partition._decompositions import filter_is_redundant
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, DisjointSets
 from xnnfold.passes.partition._predicates import (
+    analysis_scope,
     is_gemm,
+    new_analysis_cache,
     op_overload,
     Rejection,
     stored_constants,
@@ -242,8 +244,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         self.keep_decomposition_filter = keep_decomposition_filter
         self.rejections: dict[tuple[Node, int], Rejection] = {}
         self._argument_problems: dict[str, Problem] = {}
-        # This partitioner's ATen plans by graph (a graph is asked about several times).
+        # This partitioner's ATen plans and constant maps by graph (each graph is asked
+        # about many times); see `analysis_scope`.
         self._plans: PlanCache = weakref.WeakKeyDictionary()
+        self._analysis = new_analysis_cache()
         self._shared_folds: set[str] = set()
         # FQNs of this partitioner's buffers that some method writes, of its constants
         # that some method stores whatever folds (see `_note_constants`), and the tensor
@@ -409,6 +413,23 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         `filter_is_redundant`), no filter is returned: executorch then keeps the ops
         without its two extra decomposition passes, and the program is the same.
         """
+        with analysis_scope(self._analysis):
+            ops, filter_fn = self._ops_to_not_decompose(ep)
+        if filter_fn is None:
+            return ops, None
+        unscoped = filter_fn
+
+        def scoped(node: Node) -> bool:
+            # executorch calls the filter during decomposition, after this method
+            # returned: the configs it asks still read this partitioner's maps.
+            with analysis_scope(self._analysis):
+                return unscoped(node)
+
+        return ops, scoped
+
+    def _ops_to_not_decompose(
+        self, ep: ExportedProgram
+    ) -> tuple[list[torch._ops.OpOverload], Optional[Callable[[Node], bool]]]:
         for config in self._folding_configs():
             # The ATen-level filter asks the configs too; names decided for another
             # lowering's graph must not reach it.
@@ -508,6 +529,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             config.stored_elsewhere = self._stored_elsewhere
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        with analysis_scope(self._analysis):
+            return self._partition(exported_program)
+
+    def _partition(self, exported_program: ExportedProgram) -> PartitionResult:
         self.rejections.clear()
         self._argument_problems.clear()
         if self.fold:

@@ -9,7 +9,10 @@ it, so "delegated" and "folded" can never disagree.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
@@ -57,8 +60,10 @@ from xnnfold.passes._ops import (
 from xnnfold.passes._options import FoldOptions
 
 __all__ = [
+    "AnalysisCache",
     "WeightComputation",
     "Rejection",
+    "analysis_scope",
     "arg_role",
     "constant_fqns",
     "computation_key",
@@ -73,6 +78,7 @@ __all__ = [
     "op_overload",
     "site_of",
     "stored_constants",
+    "new_analysis_cache",
     "value_bytes",
 ]
 
@@ -193,9 +199,25 @@ class _ConstantMap:
     weight_only_without: dict[frozenset[str], dict[str, bool]] = field(default_factory=dict)
 
 
-_CONSTANT_MAPS: weakref.WeakKeyDictionary[Graph, _ConstantMap] = (
-    weakref.WeakKeyDictionary()
-)
+# The constant maps of one lowering, by graph. The partitioner and the fold pass each own
+# one and open a scope for the calls they make, so no map outlives its owner and two
+# concurrent lowerings never share one; outside a scope every query sweeps afresh.
+AnalysisCache = weakref.WeakKeyDictionary[Graph, _ConstantMap]
+_SCOPE: ContextVar[Optional[AnalysisCache]] = ContextVar("xnnfold_analysis", default=None)
+
+
+def new_analysis_cache() -> AnalysisCache:
+    return weakref.WeakKeyDictionary()
+
+
+@contextlib.contextmanager
+def analysis_scope(cache: AnalysisCache) -> Iterator[AnalysisCache]:
+    """Make the predicate's queries inside the block read and fill ``cache``."""
+    token = _SCOPE.set(cache)
+    try:
+        yield cache
+    finally:
+        _SCOPE.reset(token)
 
 
 @dataclass(frozen=True)
@@ -412,7 +434,8 @@ def _weight_only(ep: ExportedProgram, non_folding: frozenset[str]) -> dict[str, 
 
 def _constant_map(ep: ExportedProgram) -> _ConstantMap:
     graph = ep.graph
-    cached = _CONSTANT_MAPS.get(graph)
+    cache = _SCOPE.get()
+    cached = cache.get(graph) if cache is not None else None
     if (
         cached is not None
         and cached.node_count == len(graph.nodes)
@@ -450,7 +473,8 @@ def _constant_map(ep: ExportedProgram) -> _ConstantMap:
         order,
         constant_fqns(ep),
     )
-    _CONSTANT_MAPS[graph] = result
+    if cache is not None:
+        cache[graph] = result
     return result
 
 

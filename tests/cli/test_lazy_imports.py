@@ -156,3 +156,33 @@ def test_a_missing_module_of_the_users_own_is_not_reworded() -> None:
     getattr_, _ = lazy_attributes("pkg", {"thing": "no_such_module_of_yours"}, {})
     with pytest.raises(ModuleNotFoundError, match="No module named 'no_such_module_of_yours'"):
         getattr_("thing")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["xnnfold/__init__.py", "xnnfold/rewriter/__init__.py", "xnnfold/rewriter/codemod/__init__.py"],
+)
+def test_lazy_table_type_checking_imports_and_all_agree(path: str) -> None:
+    """Each lazy package names its public API three times (for type checkers, for the
+    loader, for `import *`); the three lists must be the same names from the same modules."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / path).read_text())
+    typed: dict[str, str] = {}
+    lazy: dict[str, str] = {}
+    exported: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for item in node.body:
+                if isinstance(item, ast.ImportFrom) and item.module:
+                    typed.update((a.asname or a.name, item.module) for a in item.names)
+        targets = (
+            [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        )
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        if "_LAZY" in names:
+            lazy = ast.literal_eval(node.value)  # type: ignore[arg-type]
+        if "__all__" in names:
+            exported = ast.literal_eval(node.value)  # type: ignore[arg-type]
+    assert typed == lazy
+    assert sorted(exported) == sorted(lazy)

@@ -48,7 +48,7 @@ FOLD_SCALES_META_KEY: Final = "xnnfold_fold_scales"
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
 # On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
 REASON_META_KEY: Final = "xnnfold_reason"
-# Beside it: the stable code of the rule that decided (XNF2xx, docs/reasons.md).
+# Beside it: the stable code of the rule that decided (XNF5xx, docs/reasons.md).
 REASON_CODE_META_KEY: Final = "xnnfold_reason_code"
 
 # torch.fx and executorch's own keys.

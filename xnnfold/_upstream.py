@@ -157,23 +157,30 @@ class UnsupportedRelease(RuntimeError):
 logger = logging.getLogger(__name__)
 
 
-def _load(name: str) -> Any:
-    package, module_name, attribute = INTERNALS[name]
+def _moved(name: str, problem: str) -> UnsupportedRelease:
+    package = INTERNALS[name][0]
     found = installed_version(package) or "(version unknown)"
-    where = f"{module_name}.{attribute}"
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except ImportError as error:
-        if error.name == package:
-            raise  # the package itself is not installed: not a moved internal
-        problem = f"cannot import {where} ({error})"
-    except AttributeError:
-        problem = f"{module_name} has no attribute {attribute}"
-    raise UnsupportedRelease(
+    return UnsupportedRelease(
         f"xnnfold: {problem}: a private {package} name xnnfold relies on, written for "
         f"{package} {_WRITTEN_FOR[package]}, and the installed {package} is {found}. "
         f"Install one of those releases, or report this {package} release to xnnfold."
     )
+
+
+def _load(name: str) -> Any:
+    package, module_name, attribute = INTERNALS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        # Only the module itself (or a parent) missing means it moved; the package not
+        # installed, or a dependency of it missing, is its own error.
+        if error.name == package or error.name is None or not module_name.startswith(error.name):
+            raise
+        raise _moved(name, f"cannot import {module_name} ({error})") from error
+    try:
+        return getattr(module, attribute)
+    except AttributeError as error:
+        raise _moved(name, f"{module_name} has no attribute {attribute}") from error
 
 
 def __getattr__(name: str) -> Any:
@@ -188,6 +195,8 @@ def __getattr__(name: str) -> Any:
 def optional_internal(name: str) -> Optional[Any]:
     """The internal ``name``, or None where the installed release lacks it: for callers that
     can decline safely without it."""
+    if name in globals():
+        return globals()[name]
     try:
         return __getattr__(name)
     except UnsupportedRelease:

@@ -21,8 +21,9 @@ def stock_preprocess() -> Iterator[object]:
     xnnfold.uninstall_preprocess_hook()
     original = XnnpackBackend.__dict__["preprocess"]
     yield original
-    XnnpackBackend.preprocess = original  # undo a test's own wrapper, if it failed midway
-    assert XnnpackBackend.__dict__["preprocess"] is original
+    left = XnnpackBackend.__dict__["preprocess"]
+    XnnpackBackend.preprocess = original  # never leak a wrapper into other tests
+    assert left is original, "the test left XnnpackBackend.preprocess wrapped"
 
 
 def _wrap_current() -> tuple[staticmethod, list[int]]:
@@ -86,6 +87,10 @@ def test_uninstall_over_another_wrapper_restores_that_wrapper(stock_preprocess: 
     assert not xnnfold.is_preprocess_hook_installed()
     xnnfold.install_preprocess_hook()
     assert XnnpackBackend.__dict__["preprocess"] is not theirs
+    # Ours calls theirs: a stock lowering goes through both.
+    fixture = _PlainConvLinear().eval(), (torch.randn(1, 4, 8),)
+    lower_stock(*fixture)
+    assert calls, "the wrapper under the hook was not called"
     xnnfold.uninstall_preprocess_hook()
     assert XnnpackBackend.__dict__["preprocess"] is theirs
 

@@ -221,3 +221,47 @@ def test_two_partitioners_do_not_share_constant_maps() -> None:
     ep = _weight_norm_linear_program()
     first.ops_to_not_decompose(ep)
     assert ep.graph in first._analysis and ep.graph not in second._analysis
+
+
+class _ManyGemms(nn.Module):
+    """Six weight_norm linears: the decomposition filter asks the configs about each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(*[weight_norm(nn.Linear(8, 8)) for _ in range(6)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("keep_filter", [False, True])
+def test_one_lowering_sweeps_each_graph_once(
+    keep_filter: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every query of one lowering, the filter executorch calls after
+    ops_to_not_decompose returned included, reads the partitioner's cached maps: one
+    sweep per graph (the ATen program, the edge program, the delegate's copy), not one
+    per GEMM."""
+    from xnnfold.passes.partition import _predicates
+
+    sweeps: list[int] = []
+    real = _predicates._SignatureIndex.of
+
+    def counting(ep: ExportedProgram) -> object:
+        sweeps.append(len(ep.graph.nodes))
+        return real(ep)
+
+    monkeypatch.setattr(_predicates._SignatureIndex, "of", staticmethod(counting))
+    torch.manual_seed(0)
+    model = prepare_for_xnnpack(_ManyGemms().eval())
+    ep = torch.export.export(model, (torch.randn(2, 8),))
+    partitioner = XnnpackFoldingPartitioner(keep_decomposition_filter=keep_filter)
+    token = _predicates._SCOPE.set(None)  # outside this file's shared scope, as a user is
+    try:
+        edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+        edge.to_executorch()
+    finally:
+        _predicates._SCOPE.reset(token)
+    assert summarize(edge).fully_delegated
+    assert 1 <= len(sweeps) <= 4, sweeps

@@ -206,3 +206,23 @@ def test_concurrent_collections_restore_the_loggers_in_any_order(first_out: int)
     threads[second].join(10)
     assert _logger_state() == before
     assert seen == [{"gemm_0": "reason 0"}, {"gemm_1": "reason 1"}]
+
+
+def test_collection_without_thread_ids_still_collects(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under `logging.logThreads = False` records carry no thread: none may be dropped."""
+    monkeypatch.setattr(logging, "logThreads", False)
+    node = torch.fx.Graph().placeholder("gemm")
+    with collect_why_reasons() as reasons:
+        WhyNoPartition(logging.getLogger(STOCK_WHY_LOGGERS[0]))(node, "a reason")
+    assert reasons == {"gemm": "a reason"}
+
+
+def test_collection_keeps_only_the_nodes_of_the_program_it_partitions() -> None:
+    ours = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    mine = ours.graph.placeholder("gemm")
+    elsewhere = torch.fx.Graph().placeholder("gemm")
+    why = WhyNoPartition(logging.getLogger(STOCK_WHY_LOGGERS[0]))
+    with collect_why_reasons(ours) as reasons:
+        why(elsewhere, "another lowering's reason")
+        why(mine, "this lowering's reason")
+    assert reasons == {"gemm": "this lowering's reason"}

@@ -1,4 +1,4 @@
-"""Every reason carries a stable code (XNF2xx): in `explain`, in the WARNING, in the docs."""
+"""Every reason carries a stable code (XNF5xx): in `explain`, in the WARNING, in the docs."""
 
 from __future__ import annotations
 
@@ -17,10 +17,29 @@ from xnnfold.passes._codes import CODES
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reasons.md"
 
 
-def test_codes_are_unique_and_well_formed() -> None:
-    assert all(re.fullmatch(r"XNF2\d\d", code) for code in CODES)
+def test_codes_are_well_formed_and_named_once() -> None:
+    assert all(re.fullmatch(r"XNF5\d\d", code) and c.code == code for code, c in CODES.items())
     names = [c.name for c in CODES.values()]
     assert len(set(names)) == len(names)
+
+
+def test_no_code_is_also_a_codemod_code() -> None:
+    """A code names one thing: grepping a log for it must not also find codemod findings."""
+    root = Path(__file__).resolve().parents[2]
+    codemod = set(re.findall(r"XNF\d{3}", (root / "xnnfold/rewriter/codemod/_rules.py").read_text()))
+    codemod |= set(re.findall(r"XNF\d{3}", (root / "docs/codemod.md").read_text()))
+    assert codemod and not codemod & set(CODES)
+
+
+def test_a_problem_keeps_its_code_through_copy_and_pickle() -> None:
+    import copy
+    import pickle
+
+    from xnnfold.passes._codes import RUN_TIME, Problem
+
+    problem = Problem(RUN_TIME, "the weight is computed at run time")
+    for clone in (copy.deepcopy(problem), pickle.loads(pickle.dumps(problem))):
+        assert clone == problem and clone.code is RUN_TIME
 
 
 def test_every_code_is_documented() -> None:
@@ -30,7 +49,7 @@ def test_every_code_is_documented() -> None:
 
 
 class _SharedSource(nn.Module):
-    """The weight_norm direction is also read outside the weight computation (XNF204)."""
+    """The weight_norm direction is also read outside the weight computation (XNF504)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -41,7 +60,7 @@ class _SharedSource(nn.Module):
 
 
 class _Modulated(nn.Module):
-    """A weight scaled per call by an input: computed, not from constants (XNF201)."""
+    """A weight scaled per call by an input: computed, not from constants (XNF501)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -59,10 +78,10 @@ def test_a_declined_fold_carries_its_code_in_explain_and_the_warning(
     with caplog.at_level(logging.WARNING, logger="xnnfold"):
         edge = xnnfold.lower(_SharedSource().eval(), (torch.randn(1, 4, 9),))
     (row,) = xnnfold.explain(edge).outside
-    assert row.code == "XNF204" and "also used by" in (row.reason or "")
-    assert "XNF204: " in xnnfold.explain(edge).table()
+    assert row.code == "XNF504" and "also used by" in (row.reason or "")
+    assert "XNF504: " in xnnfold.explain(edge).table()
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("xnnfold")]
-    assert any(m.endswith("[XNF204]") for m in warnings), warnings
+    assert any(m.endswith("[XNF504]") for m in warnings), warnings
 
 
 @pytest.mark.runtime
@@ -70,7 +89,7 @@ def test_a_weight_computed_at_run_time_carries_xnf201() -> None:
     torch.manual_seed(0)
     edge = xnnfold.lower(_Modulated().eval(), (torch.randn(2, 8), torch.randn(8, 8)))
     (row,) = xnnfold.explain(edge).rows
-    assert row.code == "XNF201" and "run time" in (row.reason or "")
+    assert row.code == "XNF501" and "run time" in (row.reason or "")
 
 
 @pytest.mark.runtime
@@ -78,4 +97,4 @@ def test_a_stock_reason_is_passed_on_as_xnf290() -> None:
     model = nn.Linear(4, 4).double().eval()
     edge = xnnfold.lower(model, (torch.randn(2, 4, dtype=torch.float64),))
     (row,) = xnnfold.explain(edge).outside
-    assert row.code == "XNF290" and "dtype" in (row.reason or "")
+    assert row.code == "XNF590" and "dtype" in (row.reason or "")

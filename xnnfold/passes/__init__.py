@@ -1,5 +1,6 @@
 """After export: partition computed GEMM weights with their GEMM and fold them at preprocess."""
 
+from xnnfold._upstream import UnsupportedRelease
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.fold._hook import (
     install_preprocess_hook,
@@ -30,6 +31,7 @@ __all__ = [
     "FoldingLinearConfig",
     "FoldingMMConfig",
     "Rejection",
+    "UnsupportedRelease",
     "WeightComputation",
     "XnnpackFoldingPartitioner",
     "find_weight_computation",

@@ -1,6 +1,6 @@
-"""Stable codes for every reason a GEMM is not folded or not delegated (XNF2xx).
+"""Stable codes for every reason a GEMM is not folded or not delegated (XNF5xx).
 
-The codemod's findings carry codes (XNF1xx, XNF4xx); so does every reason the folding
+The codemod's findings carry codes (XNF1xx to XNF4xx); so does every reason the folding
 partitioner gives, so that a user can grep a log for one, filter `explain` rows by one, or
 look one up in docs/reasons.md. The code names the rule that decided; the reason text
 beside it says what was seen. Codes are never reused or renumbered.
@@ -24,6 +24,20 @@ class ReasonCode:
     name: str
     summary: str
 
+    # One object per code: copies and pickles (node meta is deep-copied) are that object.
+    def __copy__(self) -> ReasonCode:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, object]) -> ReasonCode:
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_registered, (self.code,))
+
+
+def _registered(code: str) -> ReasonCode:
+    return CODES[code]
+
 
 class Problem(str):
     """A reason text that carries its `ReasonCode`: reads and formats as the text."""
@@ -35,8 +49,8 @@ class Problem(str):
         problem.code = code
         return problem
 
-    def __reduce__(self) -> tuple[object, ...]:  # copy and pickle keep the code
-        return (Problem, (self.code, str(self)))
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.code, str(self)))
 
 
 def _code(code: str, name: str, summary: str) -> ReasonCode:
@@ -49,56 +63,56 @@ CODES: Final[dict[str, ReasonCode]] = {}
 
 # The predicate's rules (a computed weight or bias that is not folded).
 RUN_TIME: Final = _code(
-    "XNF201", "run-time", "the argument is computed at run time, not from constants alone"
+    "XNF501", "run-time", "the argument is computed at run time, not from constants alone"
 )
 TOO_MANY_NODES: Final = _code(
-    "XNF202", "too-many-nodes", "the computation has more nodes than max_fold_nodes"
+    "XNF502", "too-many-nodes", "the computation has more nodes than max_fold_nodes"
 )
 EXTERNAL_DATA: Final = _code(
-    "XNF203", "external-data", "a source is stored in an external data file (.ptd)"
+    "XNF503", "external-data", "a source is stored in an external data file (.ptd)"
 )
 OTHER_READER: Final = _code(
-    "XNF204",
+    "XNF504",
     "other-reader",
     "a source or intermediate is also read by something other than a GEMM weight",
 )
 SHARED_TOO_WIDE: Final = _code(
-    "XNF205",
+    "XNF505",
     "shared-too-wide",
     "the sources are shared with more weight computations than the budget allows",
 )
 SHARED_NOT_FOLDED: Final = _code(
-    "XNF206",
+    "XNF506",
     "shared-not-folded",
     "it reads a computation that is not folded, because that one feeds something else",
 )
-DYNAMIC_SHAPE: Final = _code("XNF207", "dynamic-shape", "the computed tensor has a dynamic shape")
+DYNAMIC_SHAPE: Final = _code("XNF507", "dynamic-shape", "the computed tensor has a dynamic shape")
 GROWS_PROGRAM: Final = _code(
-    "XNF208", "grows-program", "the folded tensor would take more bytes than it frees"
+    "XNF508", "grows-program", "the folded tensor would take more bytes than it frees"
 )
 WRITTEN_ELSEWHERE: Final = _code(
-    "XNF209", "written-elsewhere", "it reads a buffer another method of the program writes"
+    "XNF509", "written-elsewhere", "it reads a buffer another method of the program writes"
 )
 # The GEMM's own arguments (the stock configs would lower it wrongly or not at all).
 WRITTEN_BUFFER: Final = _code(
-    "XNF210", "written-buffer", "its weight or bias is a buffer the program writes"
+    "XNF510", "written-buffer", "its weight or bias is a buffer the program writes"
 )
 ADDMM_SCALES: Final = _code(
-    "XNF211", "addmm-scales", "addmm's beta or alpha cannot be applied by XNNPACK here"
+    "XNF511", "addmm-scales", "addmm's beta or alpha cannot be applied by XNNPACK here"
 )
 ADDMM_BIAS_SHAPE: Final = _code(
-    "XNF212", "addmm-bias-shape", "addmm's bias is not one value per output channel"
+    "XNF512", "addmm-bias-shape", "addmm's bias is not one value per output channel"
 )
 OUTPUT_PADDING: Final = _code(
-    "XNF213", "output-padding", "a transposed convolution's output_padding is not below its stride"
+    "XNF513", "output-padding", "a transposed convolution's output_padding is not below its stride"
 )
 SHARED_KERNEL: Final = _code(
-    "XNF214", "shared-kernel", "a convolution's stored kernel is also read by another op"
+    "XNF514", "shared-kernel", "a convolution's stored kernel is also read by another op"
 )
 PERMUTED_WEIGHT: Final = _code(
-    "XNF215",
+    "XNF515",
     "permuted-weight",
     "a run-time weight is a permute that is not a transpose (XNNPACK would read it as one)",
 )
 # The stock XNNPACK config's own reason (dtype, rank, options ...), passed on as it is.
-STOCK: Final = _code("XNF290", "stock", "executorch's XNNPACK config declined the GEMM")
+STOCK: Final = _code("XNF590", "stock", "executorch's XNNPACK config declined the GEMM")

@@ -48,6 +48,7 @@ from xnnfold.passes.partition._predicates import (
 )
 
 __all__ = [
+    "check_replacements",
     "FoldingAddmmConfig",
     "FoldingConvolutionConfig",
     "FoldingGEMMMixin",
@@ -460,3 +461,16 @@ FOLDING_GEMM_CONFIGS: dict[type[XNNPartitionerConfig], type[XNNPartitionerConfig
     MMConfig: FoldingMMConfig,
 }
 
+
+
+def check_replacements() -> None:
+    """Raise unless each folding config keeps its stock config's ``target_name``, the key
+    by which executorch's partitioner picks one config per op: with another name the folding
+    config would sit beside the stock one instead of replacing it."""
+    for stock, folding in FOLDING_GEMM_CONFIGS.items():
+        if stock.target_name != folding.target_name:
+            raise RuntimeError(
+                f"xnnfold: {folding.__name__} must keep {stock.__name__}'s target_name "
+                f"{stock.target_name!r} to replace it, but has {folding.target_name!r}; "
+                "the installed executorch changed how its GEMM configs are named"
+            )

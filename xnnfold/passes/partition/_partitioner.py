@@ -62,6 +62,7 @@ from xnnfold.passes.partition._aten_plan import (
     PlanCache,
 )
 from xnnfold.passes.partition._configs import (
+    check_replacements,
     FOLDING_GEMM_CONFIGS,
     FoldingGEMMMixin,
 )
@@ -218,6 +219,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         keep_decomposition_filter: bool = False,
     ) -> None:
         check_releases()
+        check_replacements()
         if enable_bf16 and not supports_bf16():
             raise ValueError(
                 "XnnpackFoldingPartitioner(enable_bf16=True): the installed executorch "
@@ -540,7 +542,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             # `_note_constants`: the edge program holds copies of the tensors.)
             self._refresh_facts()
         _CONSTANT_FACTS.partitioned = True
-        with collect_why_reasons() as stock_reasons:
+        with collect_why_reasons(exported_program.graph_module) as stock_reasons:
             result = super().partition(exported_program)
         if self.fold:
             if has_fold_marks(exported_program):

@@ -124,7 +124,7 @@ class Rejection:
     reason: str
     computed_from_constants: bool
     site: Optional[str]
-    # The rule that decided (XNF2xx, docs/reasons.md).
+    # The rule that decided (XNF5xx, docs/reasons.md).
     code: ReasonCode
     # True when the GEMM must stay exactly as the stock partitioner leaves it (its
     # sources live in an external .ptd): no run-time-weight delegation either.
@@ -766,7 +766,7 @@ class _Argument:
 
 
 def _run_time_rule(*, arg: _Argument, cmap: _ConstantMap, site: Optional[str]) -> Optional[Rejection]:
-    """XNF201: the argument is not computed from constants alone."""
+    """XNF501: the argument is not computed from constants alone."""
     if cmap.constant.get(arg.root.name, False):
         return None
     problem = cmap.culprit.get(arg.root.name, "it is not a constant")
@@ -781,7 +781,7 @@ def _run_time_rule(*, arg: _Argument, cmap: _ConstantMap, site: Optional[str]) -
 def _walked_nodes_rule(
     *, arg: _Argument, closure: list[Node], cmap: _ConstantMap, site: Optional[str]
 ) -> Optional[Rejection]:
-    """XNF201 again, node by node over the walked computation.
+    """XNF501 again, node by node over the walked computation.
 
     The constant map is cached per graph and node count, so a rewrite that keeps the
     count (an argument or a target replaced in place) would leave it stale. The nodes
@@ -810,7 +810,7 @@ def _walked_nodes_rule(
 def _external_data_rule(
     *, arg: _Argument, sources: tuple[Node, ...], site: Optional[str]
 ) -> Optional[Rejection]:
-    """XNF203: a source tagged for an external .ptd file is data the user means to keep
+    """XNF503: a source tagged for an external .ptd file is data the user means to keep
     outside the program (and to swap without re-exporting); a fold would bake its current
     value into a new tensor, so the source stays external and the GEMM stays as it is."""
     for source in sources:
@@ -836,7 +836,7 @@ def _other_readers_rule(
     non_folding: frozenset[str],
     site: Optional[str],
 ) -> Optional[Rejection]:
-    """XNF204: folding replaces the whole computation by one constant; anything else that
+    """XNF504: folding replaces the whole computation by one constant; anything else that
     reads a source or an intermediate would keep it alive, and the program would store
     both. The one exception is another GEMM weight or bias computed from the same sources
     (a packed projection split per GEMM, a module called twice): those fold too."""
@@ -877,7 +877,7 @@ def _size_rule(
     non_folding: frozenset[str],
     site: Optional[str],
 ) -> Optional[Rejection]:
-    """XNF205-XNF208: the folds that share these sources, taken together, must not make
+    """XNF505-XNF508: the folds that share these sources, taken together, must not make
     the program larger than the sources they free."""
     role, root = arg.role, arg.root
     max_nodes = options.max_fold_nodes

@@ -46,7 +46,7 @@ class GemmRow:
         computed: the weight or bias is computed rather than a stored tensor.
         reason: why a GEMM is outside a delegate, or why a delegated GEMM's computed
             weight was not folded (XNNPACK then reads it at run time).
-        code: the stable code of the rule behind ``reason`` (XNF2xx, docs/reasons.md),
+        code: the stable code of the rule behind ``reason`` (XNF5xx, docs/reasons.md),
             None when there is no reason.
     """
 

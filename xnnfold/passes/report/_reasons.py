@@ -12,11 +12,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Iterator
+from typing import Iterator, Optional
 
 from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
-from torch.fx import Node
+from torch.fx import Graph, GraphModule, Node
 
 from xnnfold._meta import NN_MODULE_STACK_META_KEY
 from xnnfold._upstream import is_buffer, is_lifted_tensor_constant, is_param
@@ -67,20 +67,29 @@ def reads_parameters(node: Node, ep: ExportedProgram) -> bool:
 
 
 class _WhyCollector(logging.Handler):
-    """Keeps the first `WhyNoPartition` reason logged for each node name by one thread."""
+    """Keeps the first `WhyNoPartition` reason logged for each node of one lowering: by
+    its thread, and when given, only for nodes of its graphs."""
 
-    def __init__(self) -> None:
+    def __init__(self, graphs: Optional[frozenset[Graph]]) -> None:
         super().__init__(level=logging.DEBUG)
         self.reasons: dict[str, str] = {}
         self._thread = threading.get_ident()
+        self._graphs = graphs
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.thread != self._thread:
+        # record.thread is None under `logging.logThreads = False`: the graph decides then.
+        if record.thread is not None and record.thread != self._thread:
             return  # another lowering's reasons
         why = record.msg
         # WhyNoPartition logs itself and is reused: read it now, while it holds this call.
-        if isinstance(why, WhyNoPartition) and isinstance(why.node, Node):
-            self.reasons.setdefault(why.node.name, why.reason)
+        # (The stock configs share one per module, so a lowering in another thread can
+        # overwrite it between its assignment and this read; the graph check keeps such a
+        # reason from being filed under a node of this graph's name.)
+        if not isinstance(why, WhyNoPartition) or not isinstance(why.node, Node):
+            return
+        if self._graphs is not None and why.node.graph not in self._graphs:
+            return
+        self.reasons.setdefault(why.node.name, why.reason)
 
 
 class _LoggerLevels:
@@ -126,15 +135,23 @@ _LEVELS = _LoggerLevels()
 
 
 @contextlib.contextmanager
-def collect_why_reasons() -> Iterator[dict[str, str]]:
-    """Collect the stock configs' DEBUG rejection reasons of this thread, {node name: reason}.
+def collect_why_reasons(
+    graph_module: Optional[GraphModule] = None,
+) -> Iterator[dict[str, str]]:
+    """Collect the stock configs' DEBUG rejection reasons of this thread, {node name: reason},
+    only for nodes of ``graph_module``'s graphs (its submodules' included) when given.
 
     While any thread collects, a stock logger that was not already enabled for DEBUG is,
     without propagation, so enabling it prints nothing the user did not ask for; the last
     collection to end restores every logger. Thread-safe: each collection keeps only the
     records its own thread logs.
     """
-    collector = _WhyCollector()
+    graphs = (
+        None
+        if graph_module is None
+        else frozenset(m.graph for m in graph_module.modules() if isinstance(m, GraphModule))
+    )
+    collector = _WhyCollector(graphs)
     _LEVELS.enter(collector)
     try:
         yield collector.reasons

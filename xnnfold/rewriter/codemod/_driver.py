@@ -577,12 +577,14 @@ def run_codemod(
     # of a file with a rewrite). An injected transform is always asked for the bytes.
     need_code = True
     if transform is None:
+        default_pattern: Optional[re.Pattern[bytes]]
         transform, default_pattern = _real_transform()
         on = prefilter is None or prefilter is True
         need_code = mode in ("write", "diff")
     else:
-        default_pattern = trigger_pattern()
         on = prefilter is True
+        # The rules' lists import libcst: only when asked for.
+        default_pattern = trigger_pattern() if on else None
     pattern = prefilter if isinstance(prefilter, re.Pattern) else default_pattern if on else None
     try:
         targets, skipped, pruned = _collect(paths)

@@ -93,6 +93,7 @@ def test_uninstall_over_another_wrapper_restores_that_wrapper(stock_preprocess: 
     assert calls, "the wrapper under the hook was not called"
     xnnfold.uninstall_preprocess_hook()
     assert XnnpackBackend.__dict__["preprocess"] is theirs
+    XnnpackBackend.preprocess = stock_preprocess  # take theirs out, as its owner would
 
 
 class _PlainConvLinear(nn.Module):

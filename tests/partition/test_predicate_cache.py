@@ -265,3 +265,27 @@ def test_one_lowering_sweeps_each_graph_once(
         _predicates._SCOPE.reset(token)
     assert summarize(edge).fully_delegated
     assert 1 <= len(sweeps) <= 4, sweeps
+
+
+def test_a_query_outside_any_scope_sweeps_the_graph_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user calling the predicate directly pays one sweep per call, not one per lookup."""
+    from xnnfold.passes.partition import _predicates
+
+    ep = _weight_norm_linear_program()
+    sweeps: list[int] = []
+    real = _predicates._SignatureIndex.of
+
+    def counting(program: ExportedProgram) -> object:
+        sweeps.append(1)
+        return real(program)
+
+    monkeypatch.setattr(_predicates._SignatureIndex, "of", staticmethod(counting))
+    token = _predicates._SCOPE.set(None)
+    try:
+        result = find_weight_computation(
+            _linear(ep), 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()
+        )
+    finally:
+        _predicates._SCOPE.reset(token)
+    assert isinstance(result, WeightComputation)
+    assert len(sweeps) == 1

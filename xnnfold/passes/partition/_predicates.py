@@ -10,11 +10,12 @@ it, so "delegated" and "folded" can never disagree.
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Any, Callable, cast, Optional, TypeVar, Union
 
 import torch
 from executorch.exir.delegate import executorch_call_delegate
@@ -201,7 +202,8 @@ class _ConstantMap:
 
 # The constant maps of one lowering, by graph. The partitioner and the fold pass each own
 # one and open a scope for the calls they make, so no map outlives its owner and two
-# concurrent lowerings never share one; outside a scope every query sweeps afresh.
+# concurrent lowerings never share one. Outside any scope, each public query that asks
+# more than once opens its own (`_in_a_scope`), so one call sweeps the graph once.
 AnalysisCache = weakref.WeakKeyDictionary[Graph, _ConstantMap]
 _SCOPE: ContextVar[Optional[AnalysisCache]] = ContextVar("xnnfold_analysis", default=None)
 
@@ -218,6 +220,22 @@ def analysis_scope(cache: AnalysisCache) -> Iterator[AnalysisCache]:
         yield cache
     finally:
         _SCOPE.reset(token)
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _in_a_scope(function: _F) -> _F:
+    """Run ``function`` in the caller's scope, or in a scope of its own when there is none."""
+
+    @functools.wraps(function)
+    def scoped(*args: Any, **kwargs: Any) -> Any:
+        if _SCOPE.get() is not None:
+            return function(*args, **kwargs)
+        with analysis_scope(new_analysis_cache()):
+            return function(*args, **kwargs)
+
+    return cast(_F, scoped)
 
 
 @dataclass(frozen=True)
@@ -351,11 +369,12 @@ def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
         return None
     # Scalars lifted by to_edge are non-persistent buffers; either way, only values the
     # program never writes can stand for each other (the per-graph sweep knows which).
-    if not _constant_map(ep).constant.get(node.name, False):
+    cmap = _constant_map(ep)
+    if not cmap.constant.get(node.name, False):
         return None
     # The sweep's snapshot of the signature: torch's is_buffer/get_buffer rebuild the
     # name -> FQN dicts per call, quadratic over a chain of thousands of lifted scalars.
-    fqn = _constant_map(ep).fqns.get(node.name)
+    fqn = cmap.fqns.get(node.name)
     value = None if fqn is None else ep.constants.get(fqn, ep.state_dict.get(fqn))
     if isinstance(value, torch.Tensor) and is_fake(value):
         # Under a decomposition's fake mode a small constant keeps its real value here.
@@ -637,6 +656,7 @@ def _shared_component(
     return by_order, sorted(freed, key=position), sorted(kept, key=position)
 
 
+@_in_a_scope
 def find_weight_computation(
     gemm: Node,
     arg_index: int,
@@ -966,6 +986,7 @@ def _shared_nodes(nodes: tuple[Node, ...], root: Node, members: set[Node]) -> tu
     return tuple(n for n in nodes if n is not root and any(u not in members for u in n.users))
 
 
+@_in_a_scope
 def computation_key(
     computation: WeightComputation,
     memo: dict[Node, object],

@@ -9,6 +9,7 @@ program that runs like eager.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 
@@ -223,6 +224,35 @@ def test_two_partitioners_do_not_share_constant_maps() -> None:
     assert ep.graph in first._analysis and ep.graph not in second._analysis
 
 
+
+@pytest.fixture
+def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every constant-map sweep from here on, by the swept graph's node count."""
+    from xnnfold.passes.partition import _predicates
+
+    found: list[int] = []
+    real = _predicates._SignatureIndex.of
+
+    def counting(ep: ExportedProgram) -> object:
+        found.append(len(ep.graph.nodes))
+        return real(ep)
+
+    monkeypatch.setattr(_predicates._SignatureIndex, "of", staticmethod(counting))
+    return found
+
+
+@contextlib.contextmanager
+def _outside_any_scope() -> Iterator[None]:
+    """As a user is: outside this file's shared scope."""
+    from xnnfold.passes.partition import _predicates
+
+    token = _predicates._SCOPE.set(None)
+    try:
+        yield
+    finally:
+        _predicates._SCOPE.reset(token)
+
+
 class _ManyGemms(nn.Module):
     """Six weight_norm linears: the decomposition filter asks the configs about each."""
 
@@ -236,56 +266,28 @@ class _ManyGemms(nn.Module):
 
 @pytest.mark.runtime
 @pytest.mark.parametrize("keep_filter", [False, True])
-def test_one_lowering_sweeps_each_graph_once(
-    keep_filter: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_one_lowering_sweeps_each_graph_once(keep_filter: bool, sweeps: list[int]) -> None:
     """Every query of one lowering, the filter executorch calls after
     ops_to_not_decompose returned included, reads the partitioner's cached maps: one
     sweep per graph (the ATen program, the edge program, the delegate's copy), not one
     per GEMM."""
-    from xnnfold.passes.partition import _predicates
-
-    sweeps: list[int] = []
-    real = _predicates._SignatureIndex.of
-
-    def counting(ep: ExportedProgram) -> object:
-        sweeps.append(len(ep.graph.nodes))
-        return real(ep)
-
-    monkeypatch.setattr(_predicates._SignatureIndex, "of", staticmethod(counting))
     torch.manual_seed(0)
     model = prepare_for_xnnpack(_ManyGemms().eval())
     ep = torch.export.export(model, (torch.randn(2, 8),))
     partitioner = XnnpackFoldingPartitioner(keep_decomposition_filter=keep_filter)
-    token = _predicates._SCOPE.set(None)  # outside this file's shared scope, as a user is
-    try:
+    with _outside_any_scope():
         edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
         edge.to_executorch()
-    finally:
-        _predicates._SCOPE.reset(token)
     assert summarize(edge).fully_delegated
     assert 1 <= len(sweeps) <= 4, sweeps
 
 
-def test_a_query_outside_any_scope_sweeps_the_graph_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_query_outside_any_scope_sweeps_the_graph_once(sweeps: list[int]) -> None:
     """A user calling the predicate directly pays one sweep per call, not one per lookup."""
-    from xnnfold.passes.partition import _predicates
-
     ep = _weight_norm_linear_program()
-    sweeps: list[int] = []
-    real = _predicates._SignatureIndex.of
-
-    def counting(program: ExportedProgram) -> object:
-        sweeps.append(1)
-        return real(program)
-
-    monkeypatch.setattr(_predicates._SignatureIndex, "of", staticmethod(counting))
-    token = _predicates._SCOPE.set(None)
-    try:
+    with _outside_any_scope():
         result = find_weight_computation(
             _linear(ep), 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()
         )
-    finally:
-        _predicates._SCOPE.reset(token)
     assert isinstance(result, WeightComputation)
     assert len(sweeps) == 1

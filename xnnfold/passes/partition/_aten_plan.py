@@ -17,6 +17,7 @@ import torch
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Graph, Node
+from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 
 from xnnfold._meta import VAL_META_KEY
 from xnnfold.passes._codes import Problem
@@ -27,7 +28,13 @@ from xnnfold.passes.partition._arguments import (
     deconvolution_problem,
     shared_kernel_problem,
 )
-from xnnfold.passes.partition._configs import written_elsewhere
+from xnnfold.passes.partition._configs import (
+    FoldingAddmmConfig,
+    FoldingConvolutionConfig,
+    FoldingLinearConfig,
+    FoldingMMConfig,
+    written_elsewhere,
+)
 from xnnfold.passes.partition._decompositions import decomposed_ops
 from xnnfold.passes.partition._predicates import (
     find_weight_computation,
@@ -72,15 +79,49 @@ _FULLY_CONNECTED = frozenset(
 )
 
 
-def aten_gemm_delegable(node: Node, *, force_non_static_weights: bool) -> bool:
+# The folding config that takes each ATen GEMM whose weight ops are kept, by its
+# ``target_name`` (executorch's key for a config): the partitioner's configs may leave one
+# out (``configs=[ConvolutionConfig]``), and a kept op nothing delegates has no kernel.
+_CONFIG_OF: dict[object, str] = {
+    **{op: FoldingConvolutionConfig.target_name for op in CONVOLUTION_TARGETS},
+    torch.ops.aten.linear.default: FoldingLinearConfig.target_name,
+    torch.ops.aten.addmm.default: FoldingAddmmConfig.target_name,
+    torch.ops.aten.mm.default: FoldingMMConfig.target_name,
+    # A matmul the plan keeps ops for has a 2D weight: it decomposes to an mm.
+    torch.ops.aten.matmul.default: FoldingMMConfig.target_name,
+}
+
+
+def shapes_rejected(node: Node) -> bool:
+    """XNNPACK's common input check (every config's ``_check_inputs_are_valid_dtypes``):
+    a GEMM reading a tensor of data-dependent size (an unbacked symbol, ``x[:n.item()]``)
+    or with no elements is never delegated, whatever its weight."""
+    values = [arg.meta.get(VAL_META_KEY) for arg in node.all_input_nodes]
+    values.append(node.meta.get(VAL_META_KEY))
+    # Unbacked first: the size of such a tensor cannot be compared without a guard error.
+    return any(
+        isinstance(value, torch.Tensor)
+        and (has_free_unbacked_symbols(value) or value.numel() == 0)
+        for value in values
+    )
+
+
+def aten_gemm_delegable(
+    node: Node, *, force_non_static_weights: bool, configs: frozenset[str]
+) -> bool:
     """The ATen-level part of the XNNPACK GEMM checks that a computed weight can't pass.
 
     Keeping an op undecomposed is only safe if its GEMM is then delegated: an undelegated
     `_weight_norm` would need a portable kernel that does not exist. With
     ``force_non_static_weights_for_f32_linear`` the fully-connected GEMMs take their fp32
-    weights at run time and never fold them.
+    weights at run time and never fold them. ``configs``: the ``target_name`` of each
+    folding config the partitioner has.
     """
     if force_non_static_weights and node.target in _FULLY_CONNECTED:
+        return False
+    if _CONFIG_OF.get(node.target) not in configs:
+        return False
+    if shapes_rejected(node):
         return False
     weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
     if not isinstance(weight, Node) or not is_float32(weight):
@@ -169,18 +210,27 @@ def aten_plan(
     options: FoldOptions,
     *,
     force_non_static_weights: bool,
+    configs: frozenset[str],
     written_buffers: frozenset[str] = frozenset(),
     stored_elsewhere: frozenset[str] = frozenset(),
     cache: Optional[PlanCache] = None,
 ) -> AtenPlan:
     """The nodes of foldable weight computations whose op the decompositions would
     change (none of a computation that reads a buffer in ``written_buffers``), and the
-    GEMMs the edge configs will not fold. With ``force_non_static_weights`` no bias
-    folds (the stock configs take fp32 biases at run time then) and no fully-connected
-    weight either. ``cache`` (a weak mapping the caller owns) keeps the last plan per
+    GEMMs the edge configs will not fold. With ``force_non_static_weights`` no
+    fully-connected weight or bias folds (the stock configs take them at run time then).
+    ``configs`` names the folding configs the partitioner has (``target_name``): a GEMM
+    none of them takes keeps no op. ``cache`` (a weak mapping the caller owns) keeps the last plan per
     graph, reused while the graph's node count and the arguments are unchanged."""
     graph = ep.graph
-    key = (len(graph.nodes), options, force_non_static_weights, written_buffers, stored_elsewhere)
+    key = (
+        len(graph.nodes),
+        options,
+        force_non_static_weights,
+        configs,
+        written_buffers,
+        stored_elsewhere,
+    )
     cached = cache.get(graph) if cache is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
@@ -191,7 +241,9 @@ def aten_plan(
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
         if positions is None:
             continue
-        if not aten_gemm_delegable(node, force_non_static_weights=force_non_static_weights):
+        if not aten_gemm_delegable(
+            node, force_non_static_weights=force_non_static_weights, configs=configs
+        ):
             # Not in itself a verdict on folding (a matmul of a 1-D activation becomes an
             # mm the edge configs may still fold): only its ops are not kept.
             if never_folds(node, force_non_static_weights=force_non_static_weights) and any(
@@ -225,9 +277,9 @@ def aten_plan(
 
         # Ops are kept only for a GEMM the edge configs will then take with every
         # argument in its partition: a kept op outside a delegate has no kernel at all.
-        # (With force_non_static_weights the stock configs take biases at run time.)
-        checked = positions[:1] if force_non_static_weights else positions
-        declined = [i for i in checked if not constant_or_foldable(i)]
+        # (Fully-connected GEMMs under force_non_static_weights were turned away above: a
+        # convolution takes its bias as without the flag, see FoldingConvolutionConfig.)
+        declined = [i for i in positions if not constant_or_foldable(i)]
         if declined or argument_problem(
             node,
             force_non_static_weights=force_non_static_weights,
@@ -251,11 +303,6 @@ def aten_plan(
             ):
                 not_folding.add(node.name)
             continue
-        if force_non_static_weights and any(
-            constant_computation(ep, node, i) for i in positions[1:]
-        ):
-            # Its computed bias is taken at run time, and reads its sources there.
-            not_folding.add(node.name)
         for result in results.values():
             for member in result.nodes if result is not None else ():
                 op = op_overload(member.target)
@@ -300,8 +347,11 @@ def never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
     """The ATen GEMMs no edge config folds: fully-connected ones whose weights are taken
     at run time, convolutions XNNPACK does not take (3D), and a matmul on a
     non-contiguous batched activation (decomposed to expand + bmm, whose operands are
-    not folded; a linear there still folds)."""
+    not folded; a linear there still folds), and GEMMs XNNPACK declines for their
+    shapes (`shapes_rejected`)."""
     if force_non_static_weights and node.target in _FULLY_CONNECTED:
+        return True
+    if shapes_rejected(node):
         return True
     weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
     if not isinstance(weight, Node) or not isinstance(weight.meta.get(VAL_META_KEY), torch.Tensor):

@@ -133,6 +133,7 @@ class FoldingGEMMMixin:
     bias_idx: Optional[int]
     # Provided by XNNPartitionerConfig (set in its __init__; annotation only).
     force_non_static_weights_for_f32_linear: bool
+    target_name: str
 
     def arg_positions(self) -> tuple[int, ...]:
         return (self.weight_idx,) if self.bias_idx is None else (
@@ -303,10 +304,10 @@ class FoldingGEMMMixin:
         """A weight or bias XNNPACK would store is a buffer the program writes: the
         delegate would keep its export-time value while the program updates it (the
         stock configs take any buffer as static)."""
-        run_time = self.force_non_static_weights_for_f32_linear
-        positions = [] if run_time else [self.bias_idx]
-        if not (run_time and self.dynamic_weights):
-            positions.append(self.weight_idx)
+        # With force_non_static_weights_for_f32_linear a fully-connected GEMM takes both
+        # at run time; a convolution stores both whatever the flag.
+        run_time = self.force_non_static_weights_for_f32_linear and self.dynamic_weights
+        positions = [] if run_time else [self.bias_idx, self.weight_idx]
         for index in positions:
             arg = node.args[index] if index is not None and index < len(node.args) else None
             if (
@@ -370,7 +371,24 @@ class FoldingGEMMMixin:
 
 class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
     """`ConvolutionConfig` (1D/2D, depthwise, transposed) that folds computed weights,
-    and leaves on portable a deconvolution XNNPACK cannot run (`deconvolution_problem`)."""
+    and leaves on portable a deconvolution XNNPACK cannot run (`deconvolution_problem`).
+
+    Its bias is a static argument whatever ``force_non_static_weights_for_f32_linear``
+    says. executorch's `GEMMConfig._get_bias_deps` applies that linear option to every
+    GEMM, so the stock config hands a convolution its bias at run time, and XNNPACK's
+    convolution, which takes only a static bias, fails to load
+    (``xnn_status_invalid_parameter``): a program that cannot run.
+    """
+
+    def _get_bias_deps(
+        self, node: Node, ep: ExportedProgram, precision: ConfigPrecisionType
+    ) -> tuple[bool, list[Node]]:
+        flag = self.force_non_static_weights_for_f32_linear
+        self.force_non_static_weights_for_f32_linear = False
+        try:
+            return super()._get_bias_deps(node, ep, precision)
+        finally:
+            self.force_non_static_weights_for_f32_linear = flag
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         return shared_kernel_problem(node, self.weight_idx) or deconvolution_problem(

@@ -507,6 +507,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             ep,
             self.options,
             force_non_static_weights=self._force_non_static_weights,
+            configs=frozenset(config.target_name for config in self._folding_configs()),
             written_buffers=frozenset(self._written_buffers),
             stored_elsewhere=self._stored_elsewhere,
             cache=self._plans,

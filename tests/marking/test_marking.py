@@ -187,3 +187,52 @@ def test_spectral_norm_in_eval_does_not_touch_buffers() -> None:
     prepare_for_xnnpack(model)
     torch.export.export(model, (torch.randn(2, 5),))
     assert torch.equal(model.parametrizations.weight[0]._u, u)
+
+
+# --------------------------------------------------------------------------------------
+# Under dynamo (strict export, a torch.cond branch, torch.compile) the hooks leave the
+# nodes unmarked instead of failing the trace: the stock partitioner lowers these, so a
+# prepared model must export and fold there too.
+
+
+class _Branches(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = weight_norm(nn.Linear(8, 8))
+        self.b = weight_norm(nn.Linear(8, 8))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda x: self.a(x), lambda x: self.b(x), (x,))
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("norm", ["weight_norm_dim0", "legacy_weight_norm", "spectral_norm"])
+def test_strict_export_of_a_prepared_model_lowers_and_folds(norm: str) -> None:
+    import xnnfold
+
+    fixture = layer_fixture(norm, "linear")
+    model, inputs = prepare_for_xnnpack(fixture.model()), fixture.inputs()
+    ep = torch.export.export(model, inputs, strict=True)
+    from executorch.exir import to_edge_transform_and_lower
+
+    edge = to_edge_transform_and_lower(ep, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
+    assert [r.folded for r in xnnfold.explain(edge).rows] == [("weight",)]
+    (out,) = xnnfold.run_pte(edge.to_executorch().buffer, inputs)
+    with torch.no_grad():
+        torch.testing.assert_close(out, fixture.model()(*inputs), atol=1e-5, rtol=1e-5)
+
+
+def test_a_prepared_module_in_a_torch_cond_branch_exports() -> None:
+    torch.manual_seed(0)
+    model = prepare_for_xnnpack(_Branches().eval())
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    ep = torch.export.export(model, (x,))
+    torch.testing.assert_close(ep.module()(x), model(x))
+
+
+def test_torch_compile_fullgraph_of_a_prepared_model_runs() -> None:
+    fixture = layer_fixture("weight_norm_dim0", "conv1d")
+    model, inputs = prepare_for_xnnpack(fixture.model()), fixture.inputs()
+    compiled = torch.compile(model, fullgraph=True, backend="eager")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*inputs), fixture.model()(*inputs))

@@ -136,6 +136,12 @@ def _stack() -> list[contextlib.ExitStack]:
 
 
 def _tracing() -> bool:
+    # Not under dynamo (strict export, a torch.cond branch, torch.compile): it traces these
+    # hooks as Python, and their thread-local stack of open marks is none it can trace.
+    # The nodes go unmarked there, which only leaves their site unnamed: folding does not
+    # depend on the mark.
+    if torch.compiler.is_dynamo_compiling():
+        return False
     return torch.compiler.is_exporting() or torch.compiler.is_compiling()
 
 

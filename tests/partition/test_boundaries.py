@@ -15,9 +15,10 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import pytest
 import torch
@@ -34,7 +35,7 @@ from executorch.exir import (
     to_edge,
     to_edge_transform_and_lower,
 )
-from executorch.exir.backend.partitioner import Partitioner
+from executorch.exir.backend.partitioner import Partitioner, PartitionResult
 from executorch.exir.passes import MemoryPlanningPass
 from executorch.exir.passes.external_constants_pass import (
     delegate_external_constants_pass_unlifted,
@@ -530,6 +531,7 @@ def _lower_methods(
     *,
     writer_first: bool = False,
     per_method: bool = False,
+    extra: Optional[Callable[[], Partitioner]] = None,
 ) -> tuple[EdgeProgramManager, bytes]:
     torch.manual_seed(0)
     net = xnnfold.prepare_for_xnnpack(build())
@@ -541,6 +543,8 @@ def _lower_methods(
         programs = {"write": programs["write"], "forward": programs["forward"]}
     # One partitioner for all methods, or (per_method) one instance per method.
     partitioners: Any = {name: [make()] for name in programs} if per_method else [make()]
+    if extra is not None:  # a second partitioner, after the first
+        partitioners.append(extra())
     edge = to_edge_transform_and_lower(programs, partitioner=partitioners)
     config = ExecutorchBackendConfig(
         passes=[InitializedMutableBufferPass(["gain", "_u"])],
@@ -581,6 +585,47 @@ def test_buffer_written_by_another_method_is_not_folded(
     _assert_nothing_folded(edge, "net.block")
     _assert_stored(pte, [reference.block.w])
     _assert_reason_visible(edge, caplog.records, "net.block", "another method")
+
+
+class _LowersElsewhere(Partitioner):
+    """Partitions nothing; while asked, another thread lowers two unrelated models with
+    the folding partitioner (as a server exporting several models at once would)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ran = 0
+
+    def partition(self, exported_program: Any) -> PartitionResult:
+        def lower_twice() -> None:
+            for _ in range(2):
+                xnnfold.lower(_spectral_net(), (_x(0, 3, 8),))
+                self.ran += 1
+
+        thread = threading.Thread(target=lower_twice)
+        thread.start()
+        thread.join()
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags={})
+
+
+def test_another_threads_lowerings_do_not_erase_which_buffers_are_written() -> None:
+    interloper = _LowersElsewhere()
+    edge, pte = _lower_methods(
+        lambda: Block(Gain()).eval(),
+        SetGain,
+        torch.ones(8, 1),
+        lambda: interloper,
+        extra=XnnpackFoldingPartitioner,
+    )
+    assert interloper.ran == 4  # two lowerings while each of the two methods was partitioned
+    torch.manual_seed(0)
+    reference = Block(Gain()).eval()
+    program = Runtime.get().load_program(pte)
+    forward, write = program.load_method("forward"), program.load_method("write")
+    gain = torch.linspace(-2.0, 3.0, 8).reshape(8, 1)
+    write.execute([gain])
+    reference.block.gain.copy_(gain)
+    _assert_runs_like_eager(forward.execute, reference, lambda s: (_x(s + 1, 3, 8),), 1)
+    _assert_nothing_folded(edge, "net.block")
 
 
 def test_spectral_norm_buffer_written_by_a_method_listed_first(

@@ -11,6 +11,7 @@ partitions exactly as the stock partitioner does.
 from __future__ import annotations
 
 import logging
+import threading
 import weakref
 from dataclasses import dataclass
 from typing import Callable, cast, Optional, Sequence, Union
@@ -106,11 +107,13 @@ class _ConstantFacts:
     by `set_gain`), or stores it whatever folds (an embedding table one method looks up
     while another multiplies by it).
 
-    Shared by all folding partitioners: a dict of per-method partitioners gives the
-    reading and the writing method different instances. A lowering asks every method's
-    partitioners for ops_to_not_decompose, then partitions every method; the first
-    question after a partition therefore starts a new record, so one lowering's facts
-    do not decline the next one's folds.
+    Shared by all folding partitioners of a thread: a dict of per-method partitioners
+    gives the reading and the writing method different instances. A lowering asks every
+    method's partitioners for ops_to_not_decompose, then partitions every method; the
+    first question after a partition therefore starts a new record, so one lowering's
+    facts do not decline the next one's folds. One record per thread: a lowering runs in
+    one thread, and another thread's lowering starting a record must not erase this
+    one's before it partitions.
     """
 
     def __init__(self) -> None:
@@ -135,7 +138,17 @@ class _ConstantFacts:
         return fact
 
 
-_CONSTANT_FACTS = _ConstantFacts()
+class _ThreadFacts(threading.local):
+    def __init__(self) -> None:
+        self.facts = _ConstantFacts()
+
+
+_THREAD_FACTS = _ThreadFacts()
+
+
+def _constant_facts() -> _ConstantFacts:
+    """This thread's record (see `_ConstantFacts`)."""
+    return _THREAD_FACTS.facts
 
 
 def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> bool:
@@ -480,7 +493,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             # executorch's check after lowering, on the edge program: this lowering is
             # partitioned already, and its facts must not outlive it.
             return
-        _CONSTANT_FACTS.start_question()
+        _constant_facts().start_question()
         signature = ep.graph_signature
         mutated = set(signature.buffers_to_mutate.values())
         facts: dict[str, _ConstantFact] = {}
@@ -489,7 +502,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             if not isinstance(tensor, torch.Tensor):
                 continue
             self._constant_tensors[fqn] = weakref.ref(tensor)
-            fact = facts[fqn] = _CONSTANT_FACTS.record(tensor)
+            fact = facts[fqn] = _constant_facts().record(tensor)
             fact.written |= fqn in mutated
         # The plan below must see this lowering's facts only (this method's writes, what
         # the methods asked so far store), not what this instance kept from a previous
@@ -518,7 +531,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         stored: set[str] = set()
         for fqn, ref in self._constant_tensors.items():
             tensor = ref()
-            fact = _CONSTANT_FACTS.get(tensor) if tensor is not None else None
+            fact = _constant_facts().get(tensor) if tensor is not None else None
             if fact is None:
                 continue
             if fact.written:
@@ -542,7 +555,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             # Facts of methods asked about after this partitioner last looked. (Not
             # `_note_constants`: the edge program holds copies of the tensors.)
             self._refresh_facts()
-        _CONSTANT_FACTS.partitioned = True
+        _constant_facts().partitioned = True
         with collect_why_reasons(exported_program.graph_module) as stock_reasons:
             result = super().partition(exported_program)
         if self.fold:

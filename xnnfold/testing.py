@@ -182,6 +182,35 @@ def _failure_message(
     return "\n".join(lines)
 
 
+def _lower_beside_eager(
+    model: nn.Module,
+    example_inputs: tuple[Any, ...],
+    *,
+    dynamic_shapes: Optional[Any],
+    partitioner: Optional[XnnpackFoldingPartitioner],
+    eager: bool,
+) -> tuple[EdgeProgramManager, Any]:
+    """`lower` ``model``, and with ``eager`` its eager outputs first; the model is left
+    prepared only if it was prepared before."""
+    was_prepared = is_prepared(model)
+    try:
+        expected = None
+        if eager:
+            # Before export: whatever export does to the model cannot leak into the reference.
+            with torch.no_grad():
+                expected = model(*example_inputs)
+        edge = lower(
+            model,
+            example_inputs,
+            dynamic_shapes=dynamic_shapes,
+            partitioner=partitioner,
+        )
+    finally:
+        if not was_prepared:
+            unprepare_for_xnnpack(model)
+    return edge, expected
+
+
 def assert_fully_delegated(
     model: nn.Module,
     example_inputs: tuple[Any, ...],
@@ -241,22 +270,13 @@ def assert_fully_delegated(
             "assert_fully_delegated: example_inputs must be a tuple of positional inputs, "
             f"got {type(example_inputs).__name__}; wrap a single tensor as (x,)"
         )
-    was_prepared = is_prepared(model)
-    try:
-        expected = None
-        if check_outputs:
-            # Before export: whatever export does to the model cannot leak into the reference.
-            with torch.no_grad():
-                expected = model(*example_inputs)
-        edge = lower(
-            model,
-            example_inputs,
-            dynamic_shapes=dynamic_shapes,
-            partitioner=partitioner,
-        )
-    finally:
-        if not was_prepared:
-            unprepare_for_xnnpack(model)
+    edge, expected = _lower_beside_eager(
+        model,
+        example_inputs,
+        dynamic_shapes=dynamic_shapes,
+        partitioner=partitioner,
+        eager=check_outputs,
+    )
     report = explain(edge)
     summary = summarize(edge)
     program = edge.to_executorch()

@@ -648,7 +648,7 @@ def test_quantized_generated_program_passes_the_oracles(index: int) -> None:
         )
 
 
-# Found by the campaign (seed 1, program 170): in `forward`, the addmm's bias computation
+# A campaign reproducer (seed 1, program 170): in `forward`, the addmm's bias computation
 # keeps `stack` undecomposed (decided before `other` showed that it stores the packed
 # source); the packed source then kept every GEMM on it from folding, so the scaled addmm
 # was declined and the kept `stack` had no kernel. A GEMM with kept ops now folds even
@@ -656,7 +656,7 @@ def test_quantized_generated_program_passes_the_oracles(index: int) -> None:
 KNOWN_STRANDED_KEPT_OP: Final = "Program(seed=1000172000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(8,), kind='const', dtype='float32', param='none'), Source(name='s4', shape=(4,), kind='param', dtype='float32', param='none'), Source(name='s5', shape=(4,), kind='const', dtype='float32', param='none'), Source(name='s6', shape=(3, 1), kind='param', dtype='float32', param='none'), Source(name='s9', shape=(6,), kind='const', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=16, spatial=(4, 2), batch=3, layers=(Gemm(kind='addmm', in_ch=16, out_ch=8, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=128), shape=(16, 8), view=False), bias=Cast(x=Stack(parts=(Src(name='s2'),), dim=0), dtype='bfloat16'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=-1.5, beta=0.0, bias_shape='1N', module=False), Gemm(kind='matmul', in_ch=8, out_ch=4, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=32), shape=(8, 4), view=False), bias=Binary(op='sub', x=Binary(op='div', x=Src(name='s4'), y=Src(name='s5')), y=Piece(how='unbind', x=Src(name='s6'), dim=0, pieces=3, index=1)), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=True), Method(name='other', kind='chain', in_ch=16, spatial=(5, 3), batch=2, layers=(Gemm(kind='matmul_t', in_ch=16, out_ch=4, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=64), shape=(4, 16), view=False), bias=Narrow(how='narrow', x=Src(name='s9'), dim=0, start=0, length=4), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='linear', in_ch=4, out_ch=2, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=64, length=8), shape=(2, 4), view=False), value=2.0), bias=None, kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(Src(name='s0'),), table=None, dynamic=True)))"
 
 
-def test_campaign_finding_kept_op_stranded_across_methods() -> None:
+def test_a_gemm_with_kept_ops_folds_when_another_method_stores_its_source() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_STRANDED_KEPT_OP, vars(_grammar))  # noqa: S307 - our own repr
@@ -664,14 +664,14 @@ def test_campaign_finding_kept_op_stranded_across_methods() -> None:
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 2, program 210): the addmm's bias is `mm(a, 3 - p)`, a GEMM
+# A campaign reproducer (seed 2, program 210): the addmm's bias is `mm(a, 3 - p)`, a GEMM
 # whose own weight is marked too; folding the inner weight first erased nodes the bias
 # computation still listed ("Expected a proper Tensor but got None"). Computations are
 # now folded outermost first (tests/partition/test_nested_gemms.py).
 KNOWN_NONE_TENSOR: Final = "Program(seed=2000215000, scenario='chain', sources=(Source(name='s0', shape=(2, 11), kind='param', dtype='float32', param='none'), Source(name='s1', shape=(2,), kind='param', dtype='float16', param='none'), Source(name='s2', shape=(2, 11), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=2, spatial=(8,), batch=1, layers=(Gemm(kind='addmm', in_ch=2, out_ch=11, weight=Normalize(op='amin', x=Src(name='s0'), dim=0, keepdim=False), bias=LowRank(a=Reshape(x=Src(name='s1'), shape=(1, 2), view=True), b=ScalarOp(op='rsub', x=Src(name='s2'), value=3.0), shape=(1, 11)), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False),), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=False),))"
 
 
-def test_campaign_finding_gemm_inside_a_bias_computation() -> None:
+def test_a_gemm_inside_a_bias_computation_folds_outermost_first() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_NONE_TENSOR, vars(_grammar))  # noqa: S307 - our own repr
@@ -679,7 +679,7 @@ def test_campaign_finding_gemm_inside_a_bias_computation() -> None:
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 3, program 115): `forward`'s addmm has a bias per row, so
+# A campaign reproducer (seed 3, program 115): `forward`'s addmm has a bias per row, so
 # it stays on portable with its computed weight and the packed source `s0` is stored;
 # the cross-method record of stored constants did not count that declined GEMM as a
 # reader, so `other` folded its slice of `s0` and the program stored both: 1,760 bytes
@@ -688,7 +688,7 @@ def test_campaign_finding_gemm_inside_a_bias_computation() -> None:
 KNOWN_STORED_FOR_A_DECLINED_GEMM: Final = "Program(seed=3000123000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(30, 13), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=32, spatial=(5, 3), batch=2, layers=(Gemm(kind='addmm', in_ch=32, out_ch=13, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=416), shape=(32, 13), view=False), bias=Src(name='s2'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='MN', module=False),), side=(), table=None, dynamic=False), Method(name='other', kind='chain', in_ch=32, spatial=(3, 2), batch=3, layers=(Gemm(kind='matmul', in_ch=32, out_ch=13, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=416, length=416), shape=(32, 13), view=False), bias=None, kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False),), side=(), table=None, dynamic=True)))"
 
 
-def test_campaign_finding_source_of_a_declined_gemm_folded_by_another_method() -> None:
+def test_a_declined_gemm_keeps_the_source_another_method_would_fold() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_STORED_FOR_A_DECLINED_GEMM, vars(_grammar))  # noqa: S307 - our own repr
@@ -696,14 +696,14 @@ def test_campaign_finding_source_of_a_declined_gemm_folded_by_another_method() -
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 3, program 236): a conv_transpose2d whose stored kernel is
+# A campaign reproducer (seed 3, program 236): a conv_transpose2d whose stored kernel is
 # also read by an elementwise op (`abs`) was delegated, and XNNPACK computed it wrongly
 # (off by 5.3; the stock partitioner is wrong too, and here failed to run). A 2D kernel
 # a non-convolution shares now stays on portable (tests/partition/test_convolution_arguments.py).
 KNOWN_SHARED_2D_KERNEL: Final = "Program(seed=3000244000, scenario='chain', sources=(Source(name='s0', shape=(7, 14, 2, 2), kind='buffer', dtype='float32', param='none'), Source(name='s1', shape=(48,), kind='const', dtype='bfloat16', param='none'), Source(name='s2', shape=(16, 7, 1), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=7, spatial=(6,), batch=2, layers=(Gemm(kind='conv_transpose2d', in_ch=7, out_ch=14, weight=Src(name='s0'), bias=Narrow(how='slice', x=Piece(how='chunk', x=Unary(op='reciprocal', x=Src(name='s1')), dim=0, pieces=3, index=2), dim=0, start=2, length=14), kernel=2, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='conv1d', in_ch=14, out_ch=16, weight=Src(name='s2'), bias=None, kernel=1, stride=1, padding=0, dilation=2, groups=2, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=True)), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=True),))"
 
 
-def test_campaign_finding_shared_2d_kernel() -> None:
+def test_a_2d_kernel_a_non_convolution_shares_stays_on_portable() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_SHARED_2D_KERNEL, vars(_grammar))  # noqa: S307 - our own repr
@@ -711,7 +711,7 @@ def test_campaign_finding_shared_2d_kernel() -> None:
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 5, program 151): layers.1's weight is a low-rank product
+# A campaign reproducer (seed 5, program 151): layers.1's weight is a low-rank product
 # behind an identity permute (`.permute(0, 1)`); folding it would grow the program, so it
 # was delegated with the weight computed at run time, and XNNPACK's ConvertToLinearPass
 # read the permute as a transpose: a lowering error here, a silently wrong result for a
@@ -719,7 +719,7 @@ def test_campaign_finding_shared_2d_kernel() -> None:
 KNOWN_IDENTITY_PERMUTE: Final = "Program(seed=5000165000, scenario='addmm', sources=(Source(name='s0', shape=(9, 3), kind='const', dtype='float32', param='none'), Source(name='s1', shape=(9, 1), kind='param', dtype='float32', param='spectral_norm'), Source(name='s2', shape=(9, 4), kind='param', dtype='float32', param='none'), Source(name='s3', shape=(4, 3), kind='buffer', dtype='float32', param='none'), Source(name='s4', shape=(10, 2), kind='buffer', dtype='float32', param='none'), Source(name='s5', shape=(1, 10), kind='const', dtype='float32', param='none'), Source(name='s6', shape=(1, 10), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=3, spatial=(4,), batch=2, layers=(Gemm(kind='addmm', in_ch=3, out_ch=9, weight=Unary(op='sin', x=Reshape(x=Src(name='s0'), shape=(3, 9), view=False)), bias=Cast(x=Normalize(op='std', x=Permute(x=Src(name='s1'), dims=(1, 0)), dim=1, keepdim=False), dtype='bfloat16'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=0.0, bias_shape='1N', module=False), Gemm(kind='addmm', in_ch=9, out_ch=10, weight=LowRank(a=Narrow(how='narrow', x=LowRank(a=Src(name='s2'), b=Src(name='s3'), shape=(9, 3)), dim=1, start=0, length=2), b=Permute(x=Reshape(x=Src(name='s4'), shape=(2, 10), view=False), dims=(0, 1)), shape=(9, 10)), bias=ScalarOp(op='sub', x=Binary(op='add', x=Src(name='s5'), y=Src(name='s6')), value=-1.5), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False)), side=(), table=None, dynamic=False),))"
 
 
-def test_campaign_finding_identity_permute_of_a_run_time_weight() -> None:
+def test_a_run_time_weight_behind_an_identity_permute_stays_on_portable() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_IDENTITY_PERMUTE, vars(_grammar))  # noqa: S307 - our own repr
@@ -727,7 +727,7 @@ def test_campaign_finding_identity_permute_of_a_run_time_weight() -> None:
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 7, program 143): `other` keeps the packed source `s0` on
+# A campaign reproducer (seed 7, program 143): `other` keeps the packed source `s0` on
 # portable (an addmm with a scalar bias reads a slice of it), so `forward`'s mm declined to
 # fold its slice and took the weight at run time; but `forward`'s addmm must fold its own
 # slice of `s0`, so its partition holds `s0`, and executorch gave the mm's delegate (where
@@ -736,7 +736,7 @@ def test_campaign_finding_identity_permute_of_a_run_time_weight() -> None:
 KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE: Final = "Program(seed=7000163000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(3,), kind='param', dtype='float32', param='none'), Source(name='s4', shape=(5,), kind='param', dtype='float32', param='none'), Source(name='s8', shape=(14,), kind='param', dtype='float32', param='none'), Source(name='s10', shape=(), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=16, spatial=(2, 2), batch=1, layers=(Gemm(kind='matmul', in_ch=16, out_ch=3, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=48), shape=(16, 3), view=False), value=2.0), bias=Normalize(op='min', x=Chain(x=Src(name='s2'), steps=37), dim=None, keepdim=True), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=3, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='addmm', in_ch=3, out_ch=5, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=15), shape=(3, 5), view=False), value=2.0), bias=Normalize(op='var', x=Flip(x=Src(name='s4'), dims=(0,)), dim=0, keepdim=True), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=False), Method(name='other', kind='chain', in_ch=16, spatial=(4, 5), batch=2, layers=(Gemm(kind='addmm', in_ch=16, out_ch=14, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=15, length=224), shape=(16, 14), view=False), value=0.5), bias=Reshape(x=Src(name='s8'), shape=(14,), view=False), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=0.5, bias_shape='N', module=False), Gemm(kind='addmm', in_ch=14, out_ch=16, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=239, length=224), shape=(14, 16), view=False), bias=Src(name='s10'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=-1.5, beta=2.0, bias_shape='scalar', module=False)), side=(), table=None, dynamic=False)))"
 
 
-def test_campaign_finding_run_time_weight_copies_a_source_held_elsewhere() -> None:
+def test_a_gemm_whose_source_another_partition_holds_folds_instead_of_a_copy() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE, vars(_grammar))  # noqa: S307 - our own repr
@@ -744,14 +744,14 @@ def test_campaign_finding_run_time_weight_copies_a_source_held_elsewhere() -> No
     assert not outcome.failures, outcome.failures
 
 
-# Found by the campaign (seed 11, program 117), in the oracle: layers.0's low-rank weight
+# A campaign reproducer (seed 11, program 117), in the oracle: layers.0's low-rank weight
 # grows when folded, so that convolution stays on portable and reads its bf16 bias `s2`
 # there; layers.1's bias reads `s2` too, so it is declined, and layers.1 with it. The
 # fold rule (`expected_gemms`) counted a portable GEMM's other arguments as folding.
 KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS: Final = "Program(seed=11000149000, scenario='chain', sources=(Source(name='s0', shape=(15, 2), kind='param', dtype='float32', param='none'), Source(name='s1', shape=(2, 9), kind='param', dtype='float32', param='legacy_weight_norm'), Source(name='s2', shape=(15,), kind='param', dtype='bfloat16', param='none'), Source(name='s3', shape=(15, 15, 3, 3), kind='param', dtype='float16', param='none'), Source(name='s4', shape=(3, 15, 3, 15), kind='param', dtype='bfloat16', param='none'), Source(name='s5', shape=(15,), kind='param', dtype='float32', param='weight_norm_none')), methods=(Method(name='forward', kind='chain', in_ch=3, spatial=(2, 4), batch=1, layers=(Gemm(kind='conv1d', in_ch=3, out_ch=15, weight=LowRank(a=Src(name='s0'), b=Src(name='s1'), shape=(15, 3, 3)), bias=Src(name='s2'), kernel=3, stride=1, padding=3, dilation=2, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='conv_transpose2d', in_ch=15, out_ch=15, weight=Binary(op='maximum', x=Normalize(op='min', x=Unary(op='tanh', x=Src(name='s3')), dim=None, keepdim=False), y=Permute(x=Transpose(x=Src(name='s4'), dim0=2, dim1=0), dims=(1, 3, 0, 2))), bias=ScalarOp(op='add', x=Reshape(x=Binary(op='add', x=Src(name='s2'), y=Src(name='s5')), shape=(15,), view=False), value=0.5), kernel=3, stride=1, padding=1, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=False),))"
 
 
-def test_campaign_finding_a_portable_gemm_keeps_what_its_other_role_reads() -> None:
+def test_the_fold_rule_counts_what_a_portable_gemm_reads_as_kept() -> None:
     from xnnfold.fixtures import _grammar
 
     program = eval(KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS, vars(_grammar))  # noqa: S307 - our own repr

@@ -13,6 +13,7 @@ import pytest
 # module -> top-level packages importing it must not load
 BOUNDARIES: dict[str, tuple[str, ...]] = {
     "xnnfold._meta": ("torch", "executorch", "libcst"),
+    "xnnfold._exit_codes": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter._marking": ("executorch", "libcst"),
     "xnnfold.rewriter.codemod._api": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._rules": ("torch", "executorch"),

@@ -27,11 +27,9 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, Final, Iterator, Optional, Sequence
 
-__all__ = ["add_export_parser", "load_spec", "run_export"]
+from xnnfold._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-EXIT_OK: Final = 0
-EXIT_CHECK_FAILED: Final = 1
-EXIT_USAGE: Final = 2
+__all__ = ["add_export_parser", "load_spec", "run_export"]
 
 _PREFIX: Final = "xnnfold export"
 _RETURN_SHAPE: Final = (
@@ -329,7 +327,7 @@ def _lower_and_write(
     outside = len(report.outside)
     if outside and args.check:
         lines = [*_outside_lines(report), f"{str(args.output)!r} not written."]
-        return _fail("--check failed: " + "\n".join(lines), EXIT_CHECK_FAILED)
+        return _fail("--check failed: " + "\n".join(lines), EXIT_FAILED)
     buffer = edge.to_executorch().buffer
     try:
         args.output.write_bytes(buffer)

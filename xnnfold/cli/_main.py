@@ -8,6 +8,7 @@ import time
 import warnings
 from typing import Optional, Sequence
 
+from xnnfold._exit_codes import EXIT_USAGE
 from xnnfold._lazy import LOWERING_EXTRA_HINT, missing_lowering_package
 from xnnfold.cli._noise import quiet_upstream_noise
 
@@ -115,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"the codemod-only install); {LOWERING_EXTRA_HINT}",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

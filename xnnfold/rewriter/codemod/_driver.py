@@ -54,6 +54,7 @@ import tokenize
 import warnings
 from typing import Callable, Final, Iterable, Optional, Sequence, TextIO, Union
 
+from xnnfold._exit_codes import EXIT_FAILED, EXIT_OK
 from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 
 __all__ = [
@@ -132,9 +133,6 @@ STATUS_UNPARSEABLE: Final = "unparseable"
 STATUS_ERROR: Final = "error"
 
 _DEFAULT_OPTIONS: Final = CodemodOptions()  # frozen, so one shared default is safe
-
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -525,6 +523,59 @@ def _real_transform() -> tuple[Transform, re.Pattern[bytes]]:
     return _rules.transform_source, trigger_pattern()
 
 
+def _rule_for(
+    mode: str,
+    transform: Optional[Transform],
+    prefilter: Union[bool, None, re.Pattern[bytes]],
+) -> tuple[Transform, Optional[re.Pattern[bytes]], bool]:
+    """The per-file rule, the prefilter pattern (None: off) and whether the rule must
+    build the new bytes, for `run_codemod`'s arguments."""
+    # Report and check modes need only the findings and whether a rewrite is pending; the
+    # real rules then skip building the new bytes (the import rewriting, half the cost
+    # of a file with a rewrite). An injected transform is always asked for the bytes.
+    need_code = True
+    default_pattern: Optional[re.Pattern[bytes]]
+    if transform is None:
+        transform, default_pattern = _real_transform()
+        on = prefilter is None or prefilter is True
+        need_code = mode in ("write", "diff")
+    else:
+        on = prefilter is True
+        # The rules' lists import libcst: only when asked for.
+        default_pattern = trigger_pattern() if on else None
+    pattern = prefilter if isinstance(prefilter, re.Pattern) else default_pattern if on else None
+    return transform, pattern, need_code
+
+
+def _run_all(
+    work: Callable[[_Target], tuple[FileReport, bool]],
+    targets: Sequence[_Target],
+    *,
+    workers: int,
+    bar: Optional[_Progress],
+) -> list[tuple[FileReport, bool]]:
+    """``work`` over every target, in this process or in ``workers`` processes."""
+    results: list[tuple[FileReport, bool]] = []
+    if workers <= 1:
+        for target in targets:
+            results.append(work(target))
+            if bar:
+                bar.advance()
+    else:
+        # Chunks amortise the inter-process round trip; several per worker keep them busy
+        # to the end. map() yields in submission order, and the caller's sort makes the
+        # outcome independent of scheduling anyway.
+        chunksize = max(1, len(targets) // (workers * 8))
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+            for result in pool.map(work, targets, chunksize=chunksize):
+                results.append(result)
+                if bar:
+                    bar.advance()
+    if bar:
+        bar.close()
+    return results
+
+
 def run_codemod(
     paths: Sequence[str],
     *,
@@ -572,20 +623,7 @@ def run_codemod(
     if jobs < 0:
         raise ValueError(f"jobs must be 0 (one per CPU) or positive; got {jobs}")
     start = time.perf_counter()
-    # Report and check modes need only the findings and whether a rewrite is pending; the
-    # real rules then skip building the new bytes (the import rewriting, half the cost
-    # of a file with a rewrite). An injected transform is always asked for the bytes.
-    need_code = True
-    if transform is None:
-        default_pattern: Optional[re.Pattern[bytes]]
-        transform, default_pattern = _real_transform()
-        on = prefilter is None or prefilter is True
-        need_code = mode in ("write", "diff")
-    else:
-        on = prefilter is True
-        # The rules' lists import libcst: only when asked for.
-        default_pattern = trigger_pattern() if on else None
-    pattern = prefilter if isinstance(prefilter, re.Pattern) else default_pattern if on else None
+    transform, pattern, need_code = _rule_for(mode, transform, prefilter)
     try:
         targets, skipped, pruned = _collect(paths)
     except _UsageError as error:
@@ -604,25 +642,7 @@ def run_codemod(
         progress = len(targets) >= PROGRESS_MIN_FILES and stream.isatty()
     bar = _Progress(stream, len(targets)) if progress and targets else None
     workers = (os.cpu_count() or 1) if jobs == 0 else jobs
-    workers = min(workers, max(len(targets), 1))
-    results: list[tuple[FileReport, bool]] = []
-    if workers <= 1:
-        for target in targets:
-            results.append(work(target))
-            if bar:
-                bar.advance()
-    else:
-        # Chunks amortise the inter-process round trip; several per worker keep them busy
-        # to the end. map() yields in submission order, and the sort below makes the
-        # outcome independent of scheduling anyway.
-        chunksize = max(1, len(targets) // (workers * 8))
-        with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-            for result in pool.map(work, targets, chunksize=chunksize):
-                results.append(result)
-                if bar:
-                    bar.advance()
-    if bar:
-        bar.close()
+    results = _run_all(work, targets, workers=min(workers, max(len(targets), 1)), bar=bar)
     results.sort(key=lambda r: r[0].path)
     return CodemodSummary(
         mode=mode,

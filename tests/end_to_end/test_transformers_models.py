@@ -1,0 +1,143 @@
+"""Model classes nobody here wrote: Hugging Face transformers' audio encoders and vocoders.
+
+The fixtures (`xnnfold.fixtures`) reproduce the patterns of these architectures; these
+tests lower the library's own classes, at tiny configs with random weights (nothing is
+downloaded), so a pattern the fixtures miss shows here. Each model: every GEMM delegated,
+the expected number folded, and the `.pte` run through executorch.runtime equal to eager.
+Needs the `models` extra (transformers, pinned); CI installs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from xnnfold.testing import assert_fully_delegated
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = [pytest.mark.slow, pytest.mark.runtime]
+
+
+def _audio(samples: int) -> tuple[torch.Tensor, ...]:
+    return (torch.randn(1, samples, generator=torch.Generator().manual_seed(1)),)
+
+
+# Two conv layers of the feature encoder, two transformer layers: the positional
+# convolution (weight_norm, dim=2) is what folds.
+_ENCODER = dict(
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=37,
+    conv_dim=(16, 16),
+    conv_kernel=(10, 3),
+    conv_stride=(5, 2),
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=4,
+)
+_HIFIGAN = dict(
+    model_in_dim=20,
+    upsample_initial_channel=32,
+    upsample_rates=[4, 4],
+    upsample_kernel_sizes=[8, 8],
+    resblock_kernel_sizes=[3, 5],
+    resblock_dilation_sizes=[[1, 3], [1, 3]],
+)
+
+
+def _with_weight_norm(model: Any) -> Any:
+    # As for training, or for a checkpoint kept parametrized.
+    model.apply_weight_norm()
+    return model
+
+
+@dataclass(frozen=True)
+class Case:
+    build: Callable[[], Any]
+    inputs: Callable[[], tuple[torch.Tensor, ...]]
+    folded: int  # GEMMs whose weight is computed, all of which must fold
+
+
+CASES = {
+    "wav2vec2": Case(
+        lambda: transformers.Wav2Vec2Model(transformers.Wav2Vec2Config(**_ENCODER)),
+        lambda: _audio(800),
+        1,
+    ),
+    "hubert": Case(
+        lambda: transformers.HubertModel(transformers.HubertConfig(**_ENCODER)),
+        lambda: _audio(800),
+        1,
+    ),
+    "wavlm": Case(
+        lambda: transformers.WavLMModel(transformers.WavLMConfig(**_ENCODER)),
+        lambda: _audio(800),
+        7,
+    ),
+    "sew": Case(
+        lambda: transformers.SEWModel(transformers.SEWConfig(**_ENCODER, squeeze_factor=2)),
+        lambda: _audio(800),
+        1,
+    ),
+    "unispeech": Case(
+        lambda: transformers.UniSpeechModel(transformers.UniSpeechConfig(**_ENCODER)),
+        lambda: _audio(800),
+        1,
+    ),
+    "dac": Case(
+        lambda: _with_weight_norm(
+            transformers.DacModel(
+                transformers.DacConfig(
+                    encoder_hidden_size=8,
+                    downsampling_ratios=[2, 4],
+                    decoder_hidden_size=32,
+                    upsampling_ratios=[4, 2],
+                    n_codebooks=2,
+                    codebook_size=32,
+                    codebook_dim=4,
+                    hidden_size=16,
+                    hop_length=8,
+                )
+            )
+        ),
+        lambda: (torch.randn(1, 1, 400, generator=torch.Generator().manual_seed(1)),),
+        -1,  # counted below: every weight_norm convolution
+    ),
+    "speecht5_hifigan": Case(
+        lambda: _with_weight_norm(
+            transformers.SpeechT5HifiGan(transformers.SpeechT5HifiGanConfig(**_HIFIGAN))
+        ),
+        lambda: (torch.randn(12, 20, generator=torch.Generator().manual_seed(1)),),
+        20,
+    ),
+    "fastspeech2_hifigan": Case(
+        lambda: _with_weight_norm(
+            transformers.FastSpeech2ConformerHifiGan(
+                transformers.FastSpeech2ConformerHifiGanConfig(**_HIFIGAN)
+            )
+        ),
+        lambda: (torch.randn(1, 12, 20, generator=torch.Generator().manual_seed(1)),),
+        20,
+    ),
+}
+
+
+def _computed_weights(model: Any) -> int:
+    from xnnfold import find_sites
+
+    return len(find_sites(model))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_lowers_fully_delegated_and_matches_eager(name: str) -> None:
+    case = CASES[name]
+    torch.manual_seed(0)
+    model = case.build().eval()
+    folded = case.folded if case.folded >= 0 else _computed_weights(model)
+    assert folded > 0
+    check = assert_fully_delegated(model, case.inputs())
+    assert len(check.report.folded) == folded, check.report.table()

@@ -13,6 +13,8 @@ from typing import Iterable, Sequence
 from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
 
+from xnnfold.passes._walk import walk
+
 __all__ = ["DisjointSets", "acyclic_grouping", "contracted_acyclic"]
 
 
@@ -54,21 +56,15 @@ def contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> boo
 
 def _between(group: set[Node]) -> set[Node]:
     """Nodes outside ``group`` on a path from one of its nodes to another."""
-    down: set[Node] = set()
-    stack = [u for n in group for u in n.users if u not in group]
-    while stack:
-        node = stack.pop()
-        if node not in down:
-            down.add(node)
-            stack.extend(u for u in node.users if u not in group)
-    between: set[Node] = set()
-    stack = [i for n in group for i in n.all_input_nodes if i in down]
-    while stack:
-        node = stack.pop()
-        if node not in between:
-            between.add(node)
-            stack.extend(i for i in node.all_input_nodes if i in down)
-    return between
+    def below(node: Node) -> list[Node]:
+        return [u for u in node.users if u not in group]
+
+    down = set(walk([u for n in group for u in below(n)], below))
+
+    def above(node: Node) -> list[Node]:
+        return [i for i in node.all_input_nodes if i in down]
+
+    return set(walk([i for n in group for i in above(n)], above))
 
 
 def _convex_groups(graph: Graph, groups: list[set[Node]]) -> list[set[Node]]:

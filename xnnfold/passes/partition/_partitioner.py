@@ -10,6 +10,7 @@ partitions exactly as the stock partitioner does.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import weakref
@@ -54,6 +55,7 @@ from xnnfold.passes._ops import (
     QUANTIZATION_NAMESPACES,
 )
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._walk import walk
 from xnnfold.passes.fold._hook import install_preprocess_hook
 from xnnfold.passes.fold._pass import has_fold_marks
 from xnnfold.passes.partition._aten_plan import (
@@ -594,36 +596,27 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     def _written_buffers_read_by(self, node: Node, ep: ExportedProgram) -> list[str]:
         """FQNs of written buffers that the weights and biases ``node`` feeds read."""
-        limit = self.max_fold_nodes
+        # Bounded like a weight computation: at most max_fold_nodes + 1 nodes each way.
+        bound = self.max_fold_nodes + 1
+
+        def positions(current: Node) -> Optional[tuple[int, ...]]:
+            return EDGE_GEMM_ARGS.get(current.target) if current.op == "call_function" else None
+
+        def users_up_to_gemms(current: Node) -> list[Node]:
+            return [] if positions(current) is not None else list(current.users)
+
         weights: list[Node] = []
-        seen: set[Node] = set()
-        stack = [node]
-        while stack and len(seen) <= limit:
-            current = stack.pop()
-            if current in seen:
-                continue
-            seen.add(current)
-            positions = (
-                EDGE_GEMM_ARGS.get(current.target) if current.op == "call_function" else None
-            )
-            if positions is not None:
-                for index in positions:
-                    arg = current.args[index] if index < len(current.args) else None
-                    if isinstance(arg, Node):
-                        weights.append(arg)
-                continue
-            stack.extend(current.users)
+        for current in itertools.islice(walk([node], users_up_to_gemms), bound):
+            for index in positions(current) or ():
+                arg = current.args[index] if index < len(current.args) else None
+                if isinstance(arg, Node):
+                    weights.append(arg)
         found: list[str] = []
-        seen.clear()
-        while weights and len(seen) <= limit:
-            current = weights.pop()
-            if current in seen:
-                continue
-            seen.add(current)
+        reads = walk(weights, lambda current: current.all_input_nodes)
+        for current in itertools.islice(reads, bound):
             fqn = ep.graph_signature.inputs_to_buffers.get(current.name)
             if current.op == "placeholder" and fqn in self._written_buffers:
                 found.append(fqn)
-            weights.extend(current.all_input_nodes)
         return found
 
     def _record_reasons(self, ep: ExportedProgram, stock_reasons: dict[str, str]) -> None:

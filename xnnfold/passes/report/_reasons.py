@@ -10,6 +10,7 @@ reads them back from the lowered program.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 from typing import Iterator, Optional
@@ -21,6 +22,7 @@ from torch.fx import Graph, GraphModule, Node
 from xnnfold._meta import NN_MODULE_STACK_META_KEY
 from xnnfold._upstream import is_buffer, is_lifted_tensor_constant, is_param
 from xnnfold.passes._ops import STOCK_WHY_LOGGERS
+from xnnfold.passes._walk import walk
 from xnnfold.passes.partition._predicates import is_gemm
 
 __all__ = ["collect_why_reasons", "module_path", "reads_parameters"]
@@ -47,23 +49,20 @@ def reads_parameters(node: Node, ep: ExportedProgram) -> bool:
     weight, from an attention operand (``k.transpose(-1, -2)``), which reaches parameters
     only through the projection GEMM that produced it.
     """
-    seen: set[Node] = set()
-    stack = [node]
-    while stack and len(seen) < _MAX_WALK:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        if current.op == "placeholder":
-            if is_param(ep, current) or is_buffer(ep, current) or is_lifted_tensor_constant(
-                ep, current
-            ):
-                return True
-            continue
-        if current is not node and is_gemm(current):
-            continue
-        stack.extend(current.all_input_nodes)
-    return False
+    def inputs(current: Node) -> list[Node]:
+        if current.op == "placeholder" or (current is not node and is_gemm(current)):
+            return []
+        return current.all_input_nodes
+
+    return any(
+        current.op == "placeholder"
+        and (
+            is_param(ep, current)
+            or is_buffer(ep, current)
+            or is_lifted_tensor_constant(ep, current)
+        )
+        for current in itertools.islice(walk([node], inputs), _MAX_WALK)
+    )
 
 
 class _WhyCollector(logging.Handler):

@@ -236,3 +236,11 @@ def test_torch_compile_fullgraph_of_a_prepared_model_runs() -> None:
     compiled = torch.compile(model, fullgraph=True, backend="eager")
     with torch.no_grad():
         torch.testing.assert_close(compiled(*inputs), fixture.model()(*inputs))
+
+
+@pytest.mark.parametrize("norm", ["spectral_norm", "legacy_spectral_norm"])
+def test_training_mode_spectral_norm_is_a_clear_error_under_strict_export(norm: str) -> None:
+    fixture = layer_fixture(norm, "linear")
+    model = prepare_for_xnnpack(fixture.model()).train()
+    with pytest.raises(Exception, match="training mode"):
+        torch.export.export(model, fixture.inputs(), strict=True)

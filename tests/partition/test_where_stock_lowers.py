@@ -24,6 +24,7 @@ from executorch.backends.xnnpack.partition.config.gemm_configs import (
 from executorch.backends.xnnpack.partition.config.xnnpack_config import XNNPartitionerConfig
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
@@ -156,3 +157,54 @@ def test_a_gemm_on_an_empty_tensor_keeps_no_op() -> None:
     (conv,) = [r for r in report.rows if r.op == "convolution"]
     assert conv.delegated and conv.folded == ("weight",)
     assert [r.delegated for r in report.rows if r.module == "lin"] == [False]
+
+
+class _RunTimeBias(nn.Module):
+    """A weight_norm kernel with a bias computed from an input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = weight_norm(nn.Conv1d(4, 4, 3))
+
+    def forward(self, x: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, self.conv.weight, b * 2.0)
+
+
+class _WrittenBias(nn.Module):
+    """A convolution whose bias is a buffer the program writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4, 3))
+        self.register_buffer("b", torch.randn(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.conv1d(x, self.w, self.b)
+        self.b.add_(1.0)
+        return y
+
+
+def test_force_non_static_weights_keeps_no_op_for_a_convolution_with_a_run_time_bias() -> None:
+    # The convolution takes a static bias only, so this one stays on portable: the plan
+    # must not keep its kernel's `_weight_norm` (which would have no kernel there).
+    g = torch.Generator().manual_seed(5)
+    inputs = (torch.randn(1, 4, 6, generator=g), torch.randn(4, generator=g))
+    report = _lower_both(_RunTimeBias, inputs, force_non_static_weights_for_f32_linear=True)
+    assert [(r.op, r.delegated) for r in report.rows] == [("convolution", False)]
+
+
+def test_force_non_static_weights_stores_no_written_buffer_as_a_convolution_bias() -> None:
+    from executorch.exir import ExecutorchBackendConfig
+    from executorch.exir.passes.init_mutable_pass import InitializedMutableBufferPass
+
+    x = torch.randn(1, 4, 6, generator=torch.Generator().manual_seed(6))
+    partitioner = XnnpackFoldingPartitioner(force_non_static_weights_for_f32_linear=True)
+    edge = xnnfold.lower(_build(_WrittenBias), (x,), partitioner=partitioner)
+    (row,) = xnnfold.explain(edge).rows
+    assert not row.delegated and "which the program writes" in (row.reason or ""), row
+    config = ExecutorchBackendConfig(passes=[InitializedMutableBufferPass(["b"])])
+    program = xnnfold.LoadedProgram(edge.to_executorch(config).buffer)
+    reference = _build(_WrittenBias)
+    for _ in range(3):  # the bias moves on every call
+        (out,) = program([x])
+        torch.testing.assert_close(out, reference(x), atol=1e-5, rtol=1e-5)

@@ -169,12 +169,13 @@ class _MarkBegin:
     """Forward pre-hook of a ParametrizationList: start marking its nodes."""
 
     def __call__(self, plist: nn.ModuleList, args: tuple[Any, ...]) -> None:
+        # Strict export too (dynamo, where nothing is marked): its power iteration's
+        # buffer updates would otherwise be dropped from the exported program.
+        if torch.compiler.is_exporting() and _updates_buffers(plist):
+            raise _training_error(getattr(plist, _SITE_ATTR))
         if not _tracing():
             return
-        site = getattr(plist, _SITE_ATTR)
-        if _updates_buffers(plist):
-            raise _training_error(site)
-        _stack().append(_enter_mark(site))
+        _stack().append(_enter_mark(getattr(plist, _SITE_ATTR)))
 
 
 class _MarkEnd:
@@ -199,11 +200,11 @@ class _MarkedLegacySpectralNorm(_LegacySpectralNorm):
     """The legacy spectral_norm hook, computing its weight inside a site mark."""
 
     def __call__(self, module: nn.Module, inputs: Any) -> None:
+        site = getattr(self, _SITE_ATTR)
+        if torch.compiler.is_exporting() and module.training:
+            raise _training_error(site)
         if not _tracing():
             return super().__call__(module, inputs)
-        site = getattr(self, _SITE_ATTR)
-        if module.training:
-            raise _training_error(site)
         with _enter_mark(site):
             return super().__call__(module, inputs)
 

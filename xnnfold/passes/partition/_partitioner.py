@@ -200,7 +200,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         enable_bf16: as for `XnnpackPartitioner`.
         fold: False turns folding off (the stock partitioner's behaviour, except that
             an addmm XNNPACK would compute wrongly, with beta or alpha other than 1 or
-            a bias that is not per output channel, stays on portable).
+            a bias that is not per output channel, stays on portable, and that a
+            convolution keeps a static bias under
+            ``force_non_static_weights_for_f32_linear``).
         max_fold_nodes: the largest weight computation to fold (`FoldOptions`; the
             fold pass re-checks each fold with the same options).
         keep_decomposition_filter: always give executorch a per-node filter of the ops

@@ -220,8 +220,9 @@ def aten_plan(
     GEMMs the edge configs will not fold. With ``force_non_static_weights`` no
     fully-connected weight or bias folds (the stock configs take them at run time then).
     ``configs`` names the folding configs the partitioner has (``target_name``): a GEMM
-    none of them takes keeps no op. ``cache`` (a weak mapping the caller owns) keeps the last plan per
-    graph, reused while the graph's node count and the arguments are unchanged."""
+    none of them takes keeps no op. ``cache`` (a weak mapping the caller owns) keeps the
+    last plan per graph, reused while the graph's node count and the arguments are
+    unchanged."""
     graph = ep.graph
     key = (
         len(graph.nodes),

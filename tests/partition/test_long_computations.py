@@ -13,11 +13,12 @@ import random
 import pytest
 import torch
 from executorch.exir.backend.canonical_partitioners.config_partitioner import DSJ
+from torch.export.graph_signature import ExportGraphSignature
 from torch.fx import Graph
 
 import xnnfold
-from xnnfold.fixtures._patterns import ChainedWeight
 from xnnfold import XnnpackFoldingPartitioner
+from xnnfold.fixtures._patterns import ChainedWeight
 from xnnfold.passes.partition._grouping import DisjointSets
 
 
@@ -41,8 +42,9 @@ def test_a_600_node_weight_computation_folds() -> None:
 
 @pytest.mark.runtime
 @pytest.mark.slow
-def test_a_5000_node_weight_computation_folds() -> None:
-    _check_folded(2500)
+def test_a_2500_node_weight_computation_folds() -> None:
+    # Past Python's recursion limit (1,000 frames) twice over; bench_chain.py runs 5,000.
+    _check_folded(1250)
 
 
 @pytest.mark.runtime
@@ -56,6 +58,44 @@ def test_a_computation_over_max_fold_nodes_is_declined_and_still_correct() -> No
     assert "more than 100 nodes" in (row.reason or "")
     out = xnnfold.run_pte(edge.to_executorch().buffer, _inputs())[0]
     torch.testing.assert_close(out, model(*_inputs()), atol=1e-4, rtol=1e-4)
+
+
+def _signature_reads_while_partitioning(steps: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """How often partitioning a ``steps``-long chain builds the signature's parameter map
+    (torch builds it anew on every read)."""
+    reads = 0
+    partitioning = False
+    prop = ExportGraphSignature.inputs_to_parameters
+
+    def counted(self: ExportGraphSignature) -> object:
+        nonlocal reads
+        reads += partitioning
+        return prop.fget(self)  # type: ignore[attr-defined]
+
+    original = XnnpackFoldingPartitioner.partition
+
+    def partition(self: XnnpackFoldingPartitioner, ep: torch.export.ExportedProgram) -> object:
+        nonlocal partitioning
+        partitioning = True
+        try:
+            return original(self, ep)
+        finally:
+            partitioning = False
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ExportGraphSignature, "inputs_to_parameters", property(counted))
+        patch.setattr(XnnpackFoldingPartitioner, "partition", partition)
+        xnnfold.lower(ChainedWeight(steps).eval(), _inputs())
+    return reads
+
+
+def test_partitioning_reads_the_signature_a_fixed_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Read once per node, a map over every input made lowering quadratic in the length.
+    short = _signature_reads_while_partitioning(50, monkeypatch)
+    assert short > 0, "the count saw no partitioning"
+    assert _signature_reads_while_partitioning(200, monkeypatch) == short
 
 
 def _chain_graph(length: int) -> list:

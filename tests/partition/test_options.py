@@ -8,6 +8,8 @@ an effect that only that value produces.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import pytest
 import torch
 from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
@@ -20,6 +22,12 @@ from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes import FoldingLinearConfig, FoldOptions
 from xnnfold._upstream import supports_bf16
 from xnnfold._meta import FOLD_OPTIONS_META_KEY
+from xnnfold.passes._codes import SHARED_TOO_WIDE
+from xnnfold.passes.partition._predicates import (
+    find_weight_computation,
+    Rejection,
+    WeightComputation,
+)
 
 pytestmark = pytest.mark.runtime
 
@@ -129,3 +137,46 @@ def test_verbose_reaches_the_stock_logger() -> None:
         assert stock.level == logging.DEBUG
     finally:
         stock.setLevel(level)
+
+
+class _Packed(nn.Module):
+    """One weight_norm'd projection chunked into ``pieces`` GEMM weights: each chunk's
+    computation shares its sources with all the others (5 nodes, and one per piece
+    more)."""
+
+    def __init__(self, pieces: int) -> None:
+        super().__init__()
+        self.pieces = pieces
+        self.packed = weight_norm(nn.Linear(8, 4 * pieces, bias=False))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([nn.functional.linear(x, w) for w in self.packed.weight.chunk(self.pieces)])
+
+
+@pytest.mark.parametrize(("pieces", "folded"), [(20, 20), (21, 0)])
+def test_shared_sources_fold_up_to_four_times_max_fold_nodes(pieces: int, folded: int) -> None:
+    # 5 + 19 = 24 nodes share the sources at 20 pieces: exactly 4 * max_fold_nodes.
+    model = _Packed(pieces).eval()
+    x = (torch.randn(2, 8, generator=torch.Generator().manual_seed(0)),)
+    edge = xnnfold.lower(model, x, partitioner=XnnpackFoldingPartitioner(max_fold_nodes=6))
+    report = xnnfold.explain(edge)
+    assert len(report.folded) == folded, report.table()
+    out = xnnfold.run_pte(edge.to_executorch().buffer, x)[0]
+    torch.testing.assert_close(out, model(*x))
+
+
+@pytest.mark.parametrize(("pieces", "code"), [(20, None), (21, SHARED_TOO_WIDE.code)])
+def test_the_predicate_declines_a_shared_component_past_its_limit(
+    pieces: int, code: Optional[str]
+) -> None:
+    x = (torch.randn(2, 8),)
+    ep = torch.export.export(xnnfold.prepare_for_xnnpack(_Packed(pieces).eval()), x)
+    ep = ep.run_decompositions({})
+    gemm = next(node for node in ep.graph.nodes if node.target is torch.ops.aten.linear.default)
+    result = find_weight_computation(
+        gemm, 1, ep, arg_positions=(1, 2), options=FoldOptions(max_fold_nodes=6)
+    )
+    if code is None:
+        assert isinstance(result, WeightComputation), result
+    else:
+        assert isinstance(result, Rejection) and result.code.code == code, result

@@ -28,7 +28,6 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
 )
 from executorch.exir.backend.canonical_partitioners.config_partitioner import (
     format_target_name,
-    is_constant_data,
 )
 from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.delegate import executorch_call_delegate
@@ -73,6 +72,7 @@ from xnnfold.passes.partition._decompositions import filter_is_redundant
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, DisjointSets
 from xnnfold.passes.partition._predicates import (
     analysis_scope,
+    constant_fqns,
     is_gemm,
     new_analysis_cache,
     op_overload,
@@ -391,6 +391,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         self.rejections.clear()
         self._argument_problems.clear()
         sets = DisjointSets()
+        # executorch's is_constant_data rebuilds the signature's maps on every call: asked
+        # once per partition member, it made lowering quadratic in the program's inputs.
+        constant_data = constant_fqns(ep)
         for node in ep.graph_module.graph.nodes:
             if node.op != "call_function":
                 continue
@@ -402,7 +405,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 # it, so a constant another partition already holds need not join.
                 n
                 for n in config.get_partition(node, ep)
-                if not (is_constant_data(ep, n) and n in sets.parent)
+                if not (n in sets.parent and n.name in constant_data)
             ]
             if partition:
                 sets.find(partition[0])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import weakref
 from collections.abc import Iterator
 from contextvars import ContextVar
@@ -59,6 +60,7 @@ from xnnfold.passes._ops import (
     UNFOLDABLE_OPS,
 )
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._walk import post_order, walk
 
 __all__ = [
     "AnalysisCache",
@@ -569,27 +571,6 @@ def _fill_op(node: Node) -> bool:
     return op is not None and op.overloadpacket in FILL_OPS
 
 
-def _topological_closure(root: Node, limit: int) -> Optional[list[Node]]:
-    """Post-order of ``root``'s ancestors (inputs first); None when over ``limit``."""
-    order: list[Node] = []
-    seen: set[Node] = {root}
-    stack: list[tuple[Node, int]] = [(root, 0)]
-    while stack:
-        node, i = stack.pop()
-        inputs = node.all_input_nodes
-        if i < len(inputs):
-            stack.append((node, i + 1))
-            child = inputs[i]
-            if child not in seen:
-                seen.add(child)
-                if len(seen) > limit:
-                    return None
-                stack.append((child, 0))
-        else:
-            order.append(node)
-    return order
-
-
 def _shared_component(
     closure: list[Node],
     cmap: _ConstantMap,
@@ -610,24 +591,28 @@ def _shared_component(
     tensor another method of the program stores anyway) are kept, never freed.
     """
     weight_only = cmap.weight_only if weight_only is None else weight_only
-    seen: set[Node] = set(closure)
-    stack = list(closure)
-    while stack:
-        node = stack.pop()
-        neighbours = list(node.all_input_nodes)
-        neighbours += [
-            u for u in node.users if u.op == "call_function" and weight_only.get(u.name)
+
+    def neighbours(node: Node) -> list[Node]:
+        return [
+            *node.all_input_nodes,
+            *(u for u in node.users if u.op == "call_function" and weight_only.get(u.name)),
         ]
-        for other in neighbours:
-            if other not in seen:
-                seen.add(other)
-                if len(seen) > limit:
-                    return None
-                stack.append(other)
+
+    # The closure itself is within the bound (max_fold_nodes <= limit), so only what the
+    # walk adds can take the component over it.
+    seen = set(itertools.islice(walk(closure, neighbours), limit + 1))
+    if len(seen) > limit:
+        return None
+
+    def position(node: Node) -> int:
+        return cmap.order[node.name]
+
     roots: list[Node] = []
     kept: list[Node] = []
     freed: list[Node] = []
-    for node in seen:
+    # In program order, so the shared node a rejection names is the same on every run.
+    in_order = sorted(seen, key=position)
+    for node in in_order:
         if not weight_only.get(node.name, False):
             # Shared with a computation that stays in the program (it also feeds something
             # other than GEMM weights): folding the rest would store its sources twice.
@@ -643,12 +628,9 @@ def _shared_component(
         elif as_weight:
             roots.append(node)
     # Equal computations fold to equal bytes, which the program stores once.
-    def position(node: Node) -> int:
-        return cmap.order[node.name]
-
     memo: dict[Node, object] = {}
     distinct: dict[object, Node] = {}
-    for node in sorted(seen, key=position):
+    for node in in_order:
         key = _structure(node, memo, ep)
         if node in roots:
             distinct.setdefault(key, node)
@@ -703,7 +685,8 @@ def find_weight_computation(
     rejection = _run_time_rule(arg=arg, cmap=cmap, site=site)
     if rejection is not None:
         return rejection
-    closure = _topological_closure(root, options.max_fold_nodes)
+    # Post-order: the fold evaluates the computation in this order.
+    closure = post_order(root, lambda node: node.all_input_nodes, limit=options.max_fold_nodes)
     if closure is None:
         return arg.reject(
             TOO_MANY_NODES,

@@ -32,7 +32,6 @@ if TYPE_CHECKING:
         _default_decomposition_table as default_decomposition_table,
     )
     from libcst._metadata_dependent import LazyValue
-    from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
     from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
     from torch.export import ExportedProgram
     from torch.export.graph_signature import ExportGraphSignature
@@ -59,10 +58,7 @@ __all__ = [
     "aten_op_of",
     "default_decomposition_table",
     "exir_ops",
-    "is_buffer",
     "is_fake",
-    "is_lifted_tensor_constant",
-    "is_param",
     "optional_internal",
     "real_value_of_fake",
     "set_graph_signature",
@@ -107,9 +103,6 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
         "_remove_invalid_ops_for_not_decompose",
     ),
     "XNNPACKPass": ("executorch", "executorch.backends.xnnpack._passes.xnnpack_pass", "XNNPACKPass"),
-    "is_buffer": ("torch", "torch._export.utils", "is_buffer"),
-    "is_param": ("torch", "torch._export.utils", "is_param"),
-    "is_lifted_tensor_constant": ("torch", "torch._export.utils", "is_lifted_tensor_constant"),
     "is_fake": ("torch", "torch._subclasses.fake_tensor", "is_fake"),
     "tree_flatten": ("torch", "torch.utils._pytree", "tree_flatten"),
     "unset_fake_temporarily": ("torch", "torch._subclasses.fake_tensor", "unset_fake_temporarily"),

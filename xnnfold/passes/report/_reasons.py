@@ -20,10 +20,9 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
 from xnnfold._meta import NN_MODULE_STACK_META_KEY
-from xnnfold._upstream import is_buffer, is_lifted_tensor_constant, is_param
 from xnnfold.passes._ops import STOCK_WHY_LOGGERS
 from xnnfold.passes._walk import walk
-from xnnfold.passes.partition._predicates import is_gemm
+from xnnfold.passes.partition._predicates import constant_fqns, is_gemm
 
 __all__ = ["collect_why_reasons", "module_path", "reads_parameters"]
 
@@ -54,13 +53,9 @@ def reads_parameters(node: Node, ep: ExportedProgram) -> bool:
             return []
         return current.all_input_nodes
 
+    constants = constant_fqns(ep)
     return any(
-        current.op == "placeholder"
-        and (
-            is_param(ep, current)
-            or is_buffer(ep, current)
-            or is_lifted_tensor_constant(ep, current)
-        )
+        current.op == "placeholder" and current.name in constants
         for current in itertools.islice(walk([node], inputs), _MAX_WALK)
     )
 

@@ -1,32 +1,98 @@
-"""Collection order for two workers: the test files that take minutes go first.
+"""Test tiers, and collection order for two workers.
 
-CI runs ``-n 2 --dist loadfile --no-loadscope-reorder``: each file stays whole on one
-worker (its module-level lowerings are shared by its tests), and files are handed out in
-collection order. xdist's default order (most tests first) is not longest first: the
-three longest files landed on one worker, which ran minutes after the other had
-finished; longest first, the short files fill in around them and both workers finish
-together.
+Tiers (``--tier``, default ``fast``; docs: CONTRIBUTING.md):
+
+- ``fast``: what a plain ``pytest`` runs, in a few minutes on one core: the unit tier,
+  the codemod, the install checks, and one end-to-end case of each behaviour.
+- ``full``: adds every test marked ``slow`` (the cases and sweeps of each behaviour, the
+  full-size models, the seeded differential slice); CI runs it on the default stack.
+- ``campaign``: adds every test marked ``campaign`` (the longest chains, the whole-fixture
+  sweeps, the larger differential budget): ``pytest --tier campaign -n 2``.
+
+A test belongs to the lowest tier that runs it; a tier runs every test of the tiers below
+it. The tier deselects (it never skips), and the summary says how many it left out.
+
+Collection order: CI runs ``-n 2 --dist loadfile --no-loadscope-reorder``: each file stays
+whole on one worker (its module-level lowerings are shared by its tests), and files are
+handed out in collection order. Longest first, the short files fill in around the long
+ones and both workers finish together.
 
 Standard library only: the codemod's tests run where torch is not installed.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
-# Longest first, as measured by `pytest --junitxml` on the default stack (minutes of one
-# worker's time; the rest of the files take under 2.5 each).
+TIERS = ("fast", "full", "campaign")
+# Marker -> the lowest tier that runs a test carrying it.
+TIER_MARKERS = {"slow": "full", "campaign": "campaign"}
+TIER_ENVIRONMENT_VARIABLE = "XNNFOLD_TEST_TIER"
+
+# Longest first, as measured by `pytest --junitxml --tier full` on the default stack
+# (minutes of one worker's time; the rest of the files take under 1.5 each).
 LONGEST_FIRST = (
-    "tests/end_to_end/test_differential.py",  # ~14
-    "tests/partition/test_decompositions.py",  # ~8
-    "tests/partition/test_long_computations.py",  # ~4
-    "tests/end_to_end/test_generated_models.py",  # ~3.5
-    "tests/end_to_end/test_architectures.py",  # ~3
-    "tests/partition/test_shared.py",  # ~2.5
+    "tests/end_to_end/test_differential.py",
+    "tests/partition/test_decompositions.py",
+    "tests/end_to_end/test_generated_models.py",
+    "tests/end_to_end/test_architectures.py",
+    "tests/partition/test_long_computations.py",
+    "tests/partition/test_shared.py",
 )
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier",
+        choices=TIERS,
+        default=os.environ.get(TIER_ENVIRONMENT_VARIABLE, "fast"),
+        help=f"which test tier to run: {', '.join(TIERS)} (default: fast, or "
+        f"${TIER_ENVIRONMENT_VARIABLE}); each tier includes the ones before it",
+    )
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The lowest tier that runs ``item``."""
+    needed = [TIERS.index(t) for m, t in TIER_MARKERS.items() if item.get_closest_marker(m)]
+    return TIERS[max(needed, default=0)]
+
+
+def split_by_tier(items: list[pytest.Item], tier: str) -> tuple[list[pytest.Item], list[pytest.Item]]:
+    """``items`` that ``tier`` runs, and those it leaves to a higher tier."""
+    limit = TIERS.index(tier)
+    kept = [item for item in items if TIERS.index(tier_of(item)) <= limit]
+    left_out = [item for item in items if TIERS.index(tier_of(item)) > limit]
+    return kept, left_out
+
+
+def longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with the files of `LONGEST_FIRST` first, in its order; stable, so every
+    file keeps its tests' order and the other files keep theirs."""
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
-    # Stable: every file keeps its tests' order, and the other files keep theirs.
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+    return sorted(items, key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kept, left_out = split_by_tier(items, config.getoption("--tier"))
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        config.stash[_LEFT_OUT] = len(left_out)
+    items[:] = longest_first(kept)
+
+
+_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"xnnfold test tier: {config.getoption('--tier')} (--tier {'|'.join(TIERS)})"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    left_out = config.stash.get(_LEFT_OUT, 0)
+    if left_out:
+        terminalreporter.write_line(
+            f"tier {config.getoption('--tier')}: {left_out} tests of higher tiers deselected "
+            "(--tier full or --tier campaign runs them)"
+        )

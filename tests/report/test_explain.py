@@ -226,3 +226,21 @@ def test_collection_keeps_only_the_nodes_of_the_program_it_partitions() -> None:
         why(elsewhere, "another lowering's reason")
         why(mine, "this lowering's reason")
     assert reasons == {"gemm": "this lowering's reason"}
+
+
+def test_a_warning_from_another_thread_is_handled_while_reasons_are_collected(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Collection enables DEBUG on the stock loggers; it must not hide what they log at the
+    levels the user sees, from this lowering's thread or any other."""
+    stock = logging.getLogger(STOCK_WHY_LOGGERS[0])
+    with caplog.at_level(logging.WARNING), collect_why_reasons():
+        other = threading.Thread(target=lambda: stock.warning("from another thread"))
+        other.start()
+        other.join(10)
+        stock.warning("from this thread")
+        stock.debug("a DEBUG record the user did not ask for")
+    assert [r.getMessage() for r in caplog.records if r.name == stock.name] == [
+        "from another thread",
+        "from this thread",
+    ]

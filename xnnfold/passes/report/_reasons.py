@@ -86,18 +86,38 @@ class _WhyCollector(logging.Handler):
         self.reasons.setdefault(why.node.name, why.reason)
 
 
+class _Gate(logging.Filter):
+    """The filter on a stock logger while lowerings collect its reasons.
+
+    It hands every record to the collectors (each keeps its own thread's), then lets a
+    record on to the logger's handlers and its ancestors' only at or above the level the
+    logger had before collection lowered it: the DEBUG reasons xnnfold enabled print
+    nothing, and a WARNING from any thread is handled exactly as without xnnfold.
+    """
+
+    def __init__(self, threshold: int) -> None:
+        super().__init__()
+        self.threshold = threshold
+        self.collectors: list[logging.Handler] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for collector in list(self.collectors):
+            collector.handle(record)
+        return record.levelno >= self.threshold
+
+
 class _LoggerLevels:
     """The stock loggers' levels while any lowering collects reasons, refcounted.
 
-    The first collection to start saves each logger's level and propagation and enables
-    DEBUG (without propagation, so it prints nothing the user did not ask for); the last
-    to end restores them, in whatever order concurrent lowerings end.
+    The first collection to start saves each logger's level, enables DEBUG where it was
+    not, and installs a `_Gate`; the last to end removes the gates and restores the
+    levels, in whatever order concurrent lowerings end. Propagation is never changed.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._active = 0
-        self._saved: list[tuple[logging.Logger, int, bool]] = []
+        self._saved: list[tuple[logging.Logger, int, _Gate]] = []
 
     def enter(self, collector: logging.Handler) -> None:
         with self._lock:
@@ -105,23 +125,24 @@ class _LoggerLevels:
                 self._saved = []
                 for name in STOCK_WHY_LOGGERS:
                     target = logging.getLogger(name)
-                    self._saved.append((target, target.level, target.propagate))
+                    gate = _Gate(threshold=target.getEffectiveLevel())
+                    self._saved.append((target, target.level, gate))
+                    target.addFilter(gate)
                     if not target.isEnabledFor(logging.DEBUG):
                         target.setLevel(logging.DEBUG)
-                        target.propagate = False
             self._active += 1
-            for target, _, _ in self._saved:
-                target.addHandler(collector)
+            for _, _, gate in self._saved:
+                gate.collectors.append(collector)
 
     def exit(self, collector: logging.Handler) -> None:
         with self._lock:
-            for target, _, _ in self._saved:
-                target.removeHandler(collector)
+            for _, _, gate in self._saved:
+                gate.collectors.remove(collector)
             self._active -= 1
             if self._active == 0:
-                for target, level, propagate in self._saved:
+                for target, level, gate in self._saved:
+                    target.removeFilter(gate)
                     target.setLevel(level)
-                    target.propagate = propagate
                 self._saved = []
 
 
@@ -136,9 +157,10 @@ def collect_why_reasons(
     only for nodes of ``graph_module``'s graphs (its submodules' included) when given.
 
     While any thread collects, a stock logger that was not already enabled for DEBUG is,
-    without propagation, so enabling it prints nothing the user did not ask for; the last
-    collection to end restores every logger. Thread-safe: each collection keeps only the
-    records its own thread logs.
+    behind a filter that passes on only what the logger passed on before (`_Gate`), so
+    enabling it prints nothing the user did not ask for and hides nothing they did; the
+    last collection to end restores every logger. Thread-safe: each collection keeps only
+    the records its own thread logs.
     """
     graphs = (
         None

@@ -225,15 +225,16 @@ class Case:
 
 
 _p = functools.partial
-# One module for both sides of a case: probes of equal modules are exported once.
-_eight_gemms = _p(_ManyGemms, 8)
+# One module for both sides of a case, or for a case and a test below: probes of equal
+# modules are exported once.
+_scaled_by_input = _p(_Scaled, scale_from_input=True)
 _CONV_INPUT = ((1, 2, 8),)
 
 CASES: tuple[Case, ...] = (
     Case(
         "XNF501",
         PREDICATE,
-        negative=Probe(_p(_Scaled, scale_from_input=True)),
+        negative=Probe(_scaled_by_input),
         positive=Probe(_Scaled),
     ),
     Case(
@@ -254,13 +255,12 @@ CASES: tuple[Case, ...] = (
         negative=Probe(_p(_Scaled, other_reader=True)),
         positive=Probe(_Scaled),
     ),
-    # The component is w and one neg per GEMM (9 nodes); max_fold_nodes bounds it at
-    # four times itself.
+    # The component is w and one neg per GEMM; max_fold_nodes=2 bounds it at 4 * 2 = 8.
     Case(
         "XNF505",
         PREDICATE,
-        negative=Probe(_eight_gemms, options=FoldOptions(max_fold_nodes=2)),
-        positive=Probe(_eight_gemms, options=FoldOptions(max_fold_nodes=3)),
+        negative=Probe(_p(_ManyGemms, 8), options=FoldOptions(max_fold_nodes=2)),
+        positive=Probe(_p(_ManyGemms, 7), options=FoldOptions(max_fold_nodes=2)),
     ),
     Case(
         "XNF506",
@@ -340,14 +340,20 @@ def _name(case: Case, side: str) -> str:
     return f"{case.code.lower()}_{side}"
 
 
-# A probe outside the table, for the node-by-node re-check of XNF501.
+# Probes outside the table, for the two rules that give XNF501.
 _REWRITTEN = "rewritten_after_sweep"
+_RUN_TIME_PAST_THE_BOUND = "run_time_past_the_bound"
 
 _PROGRAMS = Programs(
     {
         **{_name(c, "negative"): (c.negative, c.judge) for c in CASES},
         **{_name(c, "positive"): (c.positive, c.judge) for c in CASES},
         _REWRITTEN: (Probe(_Scaled), PREDICATE),
+        # w, x, mean and mul: more nodes than the bound.
+        _RUN_TIME_PAST_THE_BOUND: (
+            Probe(_scaled_by_input, options=FoldOptions(max_fold_nodes=1)),
+            PREDICATE,
+        ),
     }
 )
 
@@ -374,6 +380,12 @@ def test_every_code_has_a_case() -> None:
 
 def test_every_case_is_a_known_code() -> None:
     assert sorted({case.code for case in CASES} - set(CODES)) == []
+
+
+def test_a_run_time_weight_is_declined_before_its_computation_is_walked() -> None:
+    """The sweep already knows the weight reads the input: a weight computed from a long
+    run-time graph (attention's k.T) is XNF501 without walking it, never XNF502."""
+    assert _PROGRAMS.judge(_RUN_TIME_PAST_THE_BOUND) == "XNF501"
 
 
 def test_a_rewrite_after_the_sweep_is_declined_node_by_node() -> None:

@@ -43,9 +43,9 @@ def test_snippet_runs(
     snippet: Snippet, tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if snippet.skip is not None:
-        pytest.skip(f"opted out in the document: {snippet.skip}")
+        pytest.skip(f"opted out in {snippet.name}: {snippet.skip}")
     if snippet.requires is not None and importlib.util.find_spec(snippet.requires) is None:
-        pytest.skip(f"needs {snippet.requires}, which is not installed here")
+        pytest.skip(f"{snippet.name} needs {snippet.requires}, which is not installed here")
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": "__main__", "__file__": str(snippet.path)}
     exec(snippet.compiled(), namespace)

@@ -1,4 +1,6 @@
-"""Collection order for two workers: the test files that take minutes go first.
+"""Collection order for two workers, and the documentation snippets' summary.
+
+Collection order: the test files that take minutes go first.
 
 CI runs ``-n 2 --dist loadfile --no-loadscope-reorder``: each file stays whole on one
 worker (its module-level lowerings are shared by its tests), and files are handed out in
@@ -6,6 +8,11 @@ collection order. xdist's default order (most tests first) is not longest first:
 three longest files landed on one worker, which ran minutes after the other had
 finished; longest first, the short files fill in around them and both workers finish
 together.
+
+After a run that includes the documentation's python blocks (`tests/docs`), the summary
+lists every block opted out of running and every block that needs an optional module. It
+is here, not in tests/docs, because under xdist only the top conftest reaches the
+controller, which prints the summary.
 
 Standard library only: the codemod's tests run where torch is not installed.
 """
@@ -30,3 +37,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
     # Stable: every file keeps its tests' order, and the other files keep theirs.
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
+# The snippet tests' ids start with this (tests/docs/test_snippets.py).
+SNIPPET_TEST_PREFIX = "tests/docs/test_snippets.py::test_snippet_runs"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    ran = any(
+        isinstance(report, pytest.TestReport) and report.nodeid.startswith(SNIPPET_TEST_PREFIX)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+    )
+    if not ran:
+        return
+    from tests.docs._snippets import collect, summary_lines
+
+    terminalreporter.write_sep("-", "documentation snippets")
+    for line in summary_lines(collect()[0]):
+        terminalreporter.write_line(line)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["DOCUMENTS", "ROOT", "Snippet", "collect", "parse"]
+__all__ = ["DOCUMENTS", "ROOT", "Snippet", "collect", "parse", "summary_lines"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -157,3 +157,16 @@ def collect(paths: tuple[Path, ...] = DOCUMENTS) -> tuple[list[Snippet], list[st
         snippets += found
         problems += wrong
     return snippets, problems
+
+
+def summary_lines(snippets: list[Snippet]) -> list[str]:
+    """What a run says at its end: how many blocks, and each one opted out or conditional."""
+    opted_out = [s for s in snippets if s.skip is not None]
+    needing = [s for s in snippets if s.requires is not None]
+    lines = [
+        f"{len(snippets)} python blocks: {len(opted_out)} opted out, "
+        f"{len(needing)} run only where an optional module is installed"
+    ]
+    lines += [f"  opted out: {s.name}: {s.skip}" for s in opted_out]
+    lines += [f"  requires {s.requires}: {s.name}" for s in needing]
+    return lines

@@ -17,6 +17,11 @@ whole on one worker (its module-level lowerings are shared by its tests), and fi
 handed out in collection order. Longest first, the short files fill in around the long
 ones and both workers finish together.
 
+After a run that includes the documentation's python blocks (`tests/docs`), the summary
+lists every block opted out of running and every block that needs an optional module. It
+is here, not in tests/docs, because under xdist only the top conftest reaches the
+controller, which prints the summary.
+
 Standard library only: the codemod's tests run where torch is not installed.
 """
 
@@ -89,6 +94,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"xnnfold test tier: {config.getoption('--tier')} (--tier {'|'.join(TIERS)})"
 
 
+# The snippet tests' ids start with this (tests/docs/test_snippets.py).
+SNIPPET_TEST_PREFIX = "tests/docs/test_snippets.py::test_snippet_runs"
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     left_out = config.stash.get(_LEFT_OUT, 0)
     if left_out:
@@ -96,3 +105,15 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
             f"tier {config.getoption('--tier')}: {left_out} tests of higher tiers deselected "
             "(--tier full or --tier campaign runs them)"
         )
+    ran = any(
+        isinstance(report, pytest.TestReport) and report.nodeid.startswith(SNIPPET_TEST_PREFIX)
+        for reports in terminalreporter.stats.values()
+        for report in reports
+    )
+    if not ran:
+        return
+    from tests.docs._snippets import collect, summary_lines
+
+    terminalreporter.write_sep("-", "documentation snippets")
+    for line in summary_lines(collect()[0]):
+        terminalreporter.write_line(line)

@@ -16,8 +16,8 @@ built, lowered with the stock ``XnnpackPartitioner`` and with
     loads and runs too;
 (c) the xnnfold ``.pte`` is at most the stock one plus `DELEGATE_OVERHEAD_BYTES` per GEMM
     xnnfold delegates beyond stock, plus the float32 widening of half/bfloat16 sources
-    that the README documents (a fold stores what a hand-folded model stores);
-(d) every GEMM whose weight and bias the grammar knows to be foldable (the README's
+    that docs/how-it-works.md documents (a fold stores what a hand-folded model stores);
+(d) every GEMM whose weight and bias the grammar knows to be foldable (the documented
     rule, `expected_gemms`) is delegated with its computed roles folded, wherever the
     hand-folded twin (computed tensors stored as parameters) is delegated by stock.
 

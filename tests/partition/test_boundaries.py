@@ -665,7 +665,7 @@ def test_spectral_norm_buffer_written_by_a_method_listed_later_names_the_fix() -
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,
-    reason="known limit (README, Limits): xnnfold learns which buffers a method writes when "
+    reason="known limit (docs/limits.md): xnnfold learns which buffers a method writes when "
     "to_edge_transform_and_lower asks it which ops to keep; a writer method it is never "
     "asked about, or a lowering through to_edge().to_backend(), goes unseen",
 )

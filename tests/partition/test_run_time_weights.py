@@ -95,7 +95,7 @@ def test_with_run_time_weights_forced_the_result_matches_eager(
     weight_of: Callable[[torch.Tensor], torch.Tensor],
 ) -> None:
     """With force_non_static_weights_for_f32_linear the stock partitioner delegates the
-    identity-permuted weight and is wrong (README, Trust); the folding partitioner is not."""
+    identity-permuted weight and is wrong (docs/how-it-works.md, Trust); the folding partitioner is not."""
     model = LowRank(weight_of).eval()
     _, buffer = _lower(
         model, xnnfold.XnnpackFoldingPartitioner(force_non_static_weights_for_f32_linear=True)

@@ -78,14 +78,20 @@ __all__ = [
 # "Supported versions"), and inside them the releases the suite passed on: a later patch
 # release in the range is accepted with a WARNING.
 EXECUTORCH_RANGE: Final[tuple[str, str]] = ("1.4.1", "1.6")
-TORCH_RANGE: Final[tuple[str, str]] = ("2.13.0", "2.15")
+TORCH_RANGE: Final[tuple[str, str]] = ("2.13.0", "2.16")
 TESTED: Final[dict[str, frozenset[str]]] = {
     "executorch": frozenset({"1.4.1", "1.5.0", "1.5.1"}),
-    "torch": frozenset({"2.13.0", "2.14.1"}),
+    "torch": frozenset({"2.13.0", "2.14.1", "2.15.0"}),
 }
 # (torch, executorch) pairs the suite passed on: torch 2.14.1 ran with executorch 1.5.1 only.
 TESTED_COMBINATIONS: Final[frozenset[tuple[str, str]]] = frozenset(
-    {("2.13.0", "1.4.1"), ("2.13.0", "1.5.0"), ("2.13.0", "1.5.1"), ("2.14.1", "1.5.1")}
+    {
+        ("2.13.0", "1.4.1"),
+        ("2.13.0", "1.5.0"),
+        ("2.13.0", "1.5.1"),
+        ("2.14.1", "1.5.1"),
+        ("2.15.0", "1.5.1"),
+    }
 )
 
 # Every private module-level name xnnfold imports: our name -> (package, module, attribute).
@@ -102,7 +108,11 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
         "executorch.exir.program._program",
         "_remove_invalid_ops_for_not_decompose",
     ),
-    "XNNPACKPass": ("executorch", "executorch.backends.xnnpack._passes.xnnpack_pass", "XNNPACKPass"),
+    "XNNPACKPass": (
+        "executorch",
+        "executorch.backends.xnnpack._passes.xnnpack_pass",
+        "XNNPACKPass",
+    ),
     "is_fake": ("torch", "torch._subclasses.fake_tensor", "is_fake"),
     "tree_flatten": ("torch", "torch.utils._pytree", "tree_flatten"),
     "unset_fake_temporarily": ("torch", "torch._subclasses.fake_tensor", "unset_fake_temporarily"),
@@ -114,7 +124,7 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {
     "executorch": "1.4.1, 1.5.0 and 1.5.1",
-    "torch": "2.13.0 and 2.14.1",
+    "torch": "2.13.0, 2.14.1 and 2.15.0",
     "libcst": "1.9",
 }
 
@@ -224,9 +234,9 @@ def _in_range(found: str, bounds: tuple[str, str]) -> bool:
         parsed = Version(found)
     except InvalidVersion:
         return False
-    return SpecifierSet(f">={bounds[0]},<{bounds[1]}").contains(parsed.public, prereleases=True) and not (
-        parsed.is_prerelease and Version(parsed.base_version) == Version(bounds[1])
-    )
+    return SpecifierSet(f">={bounds[0]},<{bounds[1]}").contains(
+        parsed.public, prereleases=True
+    ) and not (parsed.is_prerelease and Version(parsed.base_version) == Version(bounds[1]))
 
 
 def check_releases() -> None:
@@ -247,8 +257,7 @@ def check_releases() -> None:
             )
         if Version(found).base_version not in TESTED[package]:
             logger.warning(
-                "xnnfold: %s %s is in the supported range but was not itself tested "
-                "(tested: %s)",
+                "xnnfold: %s %s is in the supported range but was not itself tested (tested: %s)",
                 package,
                 found,
                 ", ".join(sorted(TESTED[package])),

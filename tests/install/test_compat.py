@@ -33,7 +33,7 @@ def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) 
         ("executorch", "1.4.0"),
         ("executorch", "1.4.1rc1"),
         ("executorch", "1.6.0a0"),
-        ("torch", "2.15.0"),
+        ("torch", "2.16.0"),
         ("torch", "2.13.0.dev20260101"),
     ],
 )
@@ -98,8 +98,9 @@ def test_a_moved_upstream_name_is_refused_by_name(
         ("2.13.0+cpu", True),
         ("2.13.1", True),
         ("2.14.1+cu130", True),
-        ("2.15.0", False),
-        ("2.15.0a0", False),
+        ("2.15.0", True),
+        ("2.16.0", False),
+        ("2.16.0a0", False),
         ("1.5.1", False),
     ],
 )

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from torch.utils._pytree import tree_flatten
 
 __all__ = [
+    "DEFAULT_COMBINATION",
     "EXECUTORCH_RANGE",
     "INTERNALS",
     "EdgeOpOverload",
@@ -74,19 +75,48 @@ __all__ = [
     "supports_bf16",
 ]
 
-# [lowest, first not supported), as pyproject.toml's xnnpack extra declares them (README,
-# "Supported versions"), and inside them the releases the suite passed on: a later patch
-# release in the range is accepted with a WARNING.
-EXECUTORCH_RANGE: Final[tuple[str, str]] = ("1.4.1", "1.6")
-TORCH_RANGE: Final[tuple[str, str]] = ("2.13.0", "2.15")
-TESTED: Final[dict[str, frozenset[str]]] = {
-    "executorch": frozenset({"1.4.1", "1.5.0", "1.5.1"}),
-    "torch": frozenset({"2.13.0", "2.14.1"}),
-}
-# (torch, executorch) pairs the suite passed on: torch 2.14.1 ran with executorch 1.5.1 only.
+# The one table of tested releases: each (torch, executorch) pair the suite passed on. The
+# default stack runs the full suite, every other pair the fast tier (docs/versions.md).
+# Everything below is derived from it, and pyproject.toml's xnnpack extra, tox.ini, .ci/run
+# and docs/versions.md list the same pairs (tests/install/test_supported_versions.py).
 TESTED_COMBINATIONS: Final[frozenset[tuple[str, str]]] = frozenset(
-    {("2.13.0", "1.4.1"), ("2.13.0", "1.5.0"), ("2.13.0", "1.5.1"), ("2.14.1", "1.5.1")}
+    {
+        ("2.13.0", "1.4.1"),
+        ("2.13.0", "1.5.0"),
+        ("2.13.0", "1.5.1"),
+        ("2.14.1", "1.5.1"),
+        ("2.15.0", "1.5.1"),
+    }
 )
+DEFAULT_COMBINATION: Final[tuple[str, str]] = ("2.13.0", "1.5.1")
+
+
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
+def _range_of(releases: frozenset[str]) -> tuple[str, str]:
+    """[the lowest tested release, the minor release after the highest): the patch releases
+    of a tested minor are in, the next minor is newer than any tested release."""
+    highest = max(releases, key=_release)
+    major, minor = _release(highest)[:2]
+    return min(releases, key=_release), f"{major}.{minor + 1}"
+
+
+def _listing(releases: frozenset[str]) -> str:
+    """``"2.13.0, 2.14.1 and 2.15.0"``: the releases in order, for messages."""
+    ordered = sorted(releases, key=_release)
+    return " and ".join(filter(None, (", ".join(ordered[:-1]), ordered[-1])))
+
+
+# Per package, the releases the suite passed on, and the range pyproject.toml's xnnpack extra
+# declares: [lowest tested, first minor past the highest tested).
+TESTED: Final[dict[str, frozenset[str]]] = {
+    "torch": frozenset(torch for torch, _ in TESTED_COMBINATIONS),
+    "executorch": frozenset(executorch for _, executorch in TESTED_COMBINATIONS),
+}
+TORCH_RANGE: Final[tuple[str, str]] = _range_of(TESTED["torch"])
+EXECUTORCH_RANGE: Final[tuple[str, str]] = _range_of(TESTED["executorch"])
 
 # Every private module-level name xnnfold imports: our name -> (package, module, attribute).
 INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
@@ -102,7 +132,11 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
         "executorch.exir.program._program",
         "_remove_invalid_ops_for_not_decompose",
     ),
-    "XNNPACKPass": ("executorch", "executorch.backends.xnnpack._passes.xnnpack_pass", "XNNPACKPass"),
+    "XNNPACKPass": (
+        "executorch",
+        "executorch.backends.xnnpack._passes.xnnpack_pass",
+        "XNNPACKPass",
+    ),
     "is_fake": ("torch", "torch._subclasses.fake_tensor", "is_fake"),
     "tree_flatten": ("torch", "torch.utils._pytree", "tree_flatten"),
     "unset_fake_temporarily": ("torch", "torch._subclasses.fake_tensor", "unset_fake_temporarily"),
@@ -113,8 +147,8 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
 }
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {
-    "executorch": "1.4.1, 1.5.0 and 1.5.1",
-    "torch": "2.13.0 and 2.14.1",
+    "executorch": _listing(TESTED["executorch"]),
+    "torch": _listing(TESTED["torch"]),
     "libcst": "1.9",
 }
 
@@ -212,57 +246,93 @@ def real_value_of_fake(value: torch.Tensor) -> Optional[torch.Tensor]:
     return getattr(value, "constant", None)
 
 
-def _in_range(found: str, bounds: tuple[str, str]) -> bool:
-    """Whether ``found`` satisfies ``>=low,<high`` as pip reads it, pre-releases and local
-    labels (``+cpu``) included: ``1.6.0a0`` is not below 1.6, ``1.4.1rc1`` is below 1.4.1."""
+# Where an installed release stands against its package's tested range.
+_OLDER: Final = "older"
+_IN_RANGE: Final = "in range"
+_NEWER: Final = "newer"
+
+
+def _standing(found: str, bounds: tuple[str, str]) -> Optional[str]:
+    """Whether ``found`` is below ``bounds``, inside ``>=low,<high`` as pip reads it, or at or
+    past ``high``; None for a version that does not parse. Pre-releases count as the release
+    they lead to (``1.6.0a0`` is newer, ``1.4.1rc1`` older) and local labels (``+cpu``) are
+    ignored."""
     # packaging comes with pip and torch; imported here so the codemod (which reaches the
     # seam for libcst's LazyValue) does not need it.
-    from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
     try:
-        parsed = Version(found)
+        parsed = Version(Version(found).public)
     except InvalidVersion:
-        return False
-    return SpecifierSet(f">={bounds[0]},<{bounds[1]}").contains(parsed.public, prereleases=True) and not (
-        parsed.is_prerelease and Version(parsed.base_version) == Version(bounds[1])
-    )
+        return None
+    if parsed < Version(bounds[0]):
+        return _OLDER
+    if parsed < Version(bounds[1]) and Version(parsed.base_version) != Version(bounds[1]):
+        return _IN_RANGE
+    return _NEWER
+
+
+def _in_range(found: str, bounds: tuple[str, str]) -> bool:
+    """Whether ``found`` satisfies ``>=low,<high`` as pip reads it (see `_standing`)."""
+    return _standing(found, bounds) == _IN_RANGE
 
 
 def check_releases() -> None:
-    """Raise `UnsupportedRelease` unless executorch and torch are tested releases and
-    every name in `UPSTREAM_NAMES` exists."""
+    """Check the installed executorch and torch before a folding partitioner is built.
+
+    Raise `UnsupportedRelease` for a release older than every tested one (or whose version
+    does not parse), or when a name in `UPSTREAM_NAMES` is missing. Log a WARNING for a
+    release the suite did not run on but whose upstream names are all present: a newer
+    release, a later patch of a tested minor, or tested releases in a new pairing. Older is
+    refused because the fix (upgrading to a tested release) goes the way a user's stack
+    goes anyway; newer is allowed because executorch declares no torch bound and a
+    refusal would block the upgrade the rest of the stack accepts (docs/versions.md).
+    """
     from packaging.version import Version
 
     fix = _FIX.format(*EXECUTORCH_RANGE)
+    warnings: list[str] = []
     tested: dict[str, str] = {}
     for package, bounds in (("executorch", EXECUTORCH_RANGE), ("torch", TORCH_RANGE)):
         found = installed_version(package)
         if found is None:
             continue  # a source build without metadata: the names below still decide
-        if not _in_range(found, bounds):
+        standing = _standing(found, bounds)
+        listing = _listing(TESTED[package])
+        if standing is None or standing == _OLDER:
+            problem = "is older than" if standing == _OLDER else "is not a version like"
             raise UnsupportedRelease(
-                f"xnnfold: {package} {found} is not a release xnnfold was tested with "
-                f"(>={bounds[0]},<{bounds[1]}); {fix}"
+                f"xnnfold: {package} {found} {problem} the releases xnnfold was tested with "
+                f"({listing}; supported: >={bounds[0]}); {fix}"
             )
-        if Version(found).base_version not in TESTED[package]:
-            logger.warning(
-                "xnnfold: %s %s is in the supported range but was not itself tested "
-                "(tested: %s)",
-                package,
-                found,
-                ", ".join(sorted(TESTED[package])),
+        if standing == _NEWER:
+            warnings.append(
+                f"xnnfold: {package} {found} is newer than every release xnnfold was tested "
+                f"with ({listing}): the upstream names it builds on are present, but the suite "
+                f"has not run on it; compare the lowered program's outputs with eager before "
+                f"relying on it, or {fix}"
+            )
+        elif Version(found).base_version not in TESTED[package]:
+            warnings.append(
+                f"xnnfold: {package} {found} is in the supported range but was not itself "
+                f"tested (tested: {listing})"
             )
         else:
             tested[package] = Version(found).base_version
+    _check_upstream_names(fix)
     pair = (tested.get("torch"), tested.get("executorch"))
     if None not in pair and pair not in TESTED_COMBINATIONS:
-        logger.warning(
-            "xnnfold: torch %s with executorch %s is a combination the suite has not run on "
-            "(tested: %s)",
-            *pair,
-            ", ".join(f"torch {t} + executorch {e}" for t, e in sorted(TESTED_COMBINATIONS)),
+        warnings.append(
+            f"xnnfold: torch {pair[0]} with executorch {pair[1]} is a combination the suite "
+            "has not run on (tested: "
+            + ", ".join(f"torch {t} + executorch {e}" for t, e in sorted(TESTED_COMBINATIONS))
+            + ")"
         )
+    for message in warnings:
+        logger.warning("%s", message)
+
+
+def _check_upstream_names(fix: str) -> None:
     for module_name, path in UPSTREAM_NAMES:
         try:
             value: object = importlib.import_module(module_name)

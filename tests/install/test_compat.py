@@ -1,8 +1,9 @@
-"""The folding partitioner refuses executorch and torch releases it was not tested with.
+"""The folding partitioner's release policy (docs/versions.md).
 
-CI runs this file on every supported executorch release (.ci/run, stage 2): there the
-installed release passes the check; outside the range, or with an upstream name moved, the
-partitioner stops with an error naming the release or the name and the fix.
+CI runs this file on every tested combination (.ci/run): there the installed releases pass
+the check silently. A release older than every tested one, or an upstream name moved, stops
+the partitioner with an error naming the release or the name and the fix; a newer release,
+an untested patch release or an untested pairing is accepted with a WARNING.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pytest
 
 import xnnfold
 from xnnfold import _upstream as _compat
-from xnnfold._upstream import EXECUTORCH_RANGE, UnsupportedRelease, check_releases
+from xnnfold._upstream import check_releases, EXECUTORCH_RANGE, INTERNALS, UnsupportedRelease
 
 
 def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) -> None:
@@ -26,32 +27,88 @@ def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) 
     xnnfold.XnnpackFoldingPartitioner()
 
 
+def _installed(monkeypatch: pytest.MonkeyPatch, **found: str) -> None:
+    """Make the release lookup answer ``found`` for the packages named, the truth for others."""
+    real = _compat.version
+    monkeypatch.setattr(_compat, "version", lambda name: found.get(name) or real(name))
+
+
+@pytest.mark.parametrize(
+    ("package", "found"),
+    [
+        ("executorch", "1.4.0"),
+        ("executorch", "1.4.1rc1"),
+        ("torch", "2.12.1"),
+        ("torch", "2.13.0.dev20260101"),
+    ],
+)
+def test_a_release_older_than_every_tested_one_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, package: str, found: str
+) -> None:
+    _installed(monkeypatch, **{package: found})
+    with pytest.raises(
+        UnsupportedRelease, match=rf"{package} {found} is older than the releases"
+    ) as info:
+        xnnfold.XnnpackFoldingPartitioner()
+    assert "pip install torch==2.13.0 'executorch>=1.4.1,<1.6'" in str(info.value)
+
+
+def test_a_version_that_does_not_parse_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    _installed(monkeypatch, torch="main-nightly")
+    with pytest.raises(UnsupportedRelease, match=r"torch main-nightly is not a version like"):
+        xnnfold.XnnpackFoldingPartitioner()
+
+
 @pytest.mark.parametrize(
     ("package", "found"),
     [
         ("executorch", "1.6.0"),
-        ("executorch", "1.4.0"),
-        ("executorch", "1.4.1rc1"),
         ("executorch", "1.6.0a0"),
-        ("torch", "2.15.0"),
-        ("torch", "2.13.0.dev20260101"),
+        ("executorch", "2.0.0"),
+        ("torch", "2.16.0"),
+        ("torch", "2.16.0.dev20261201+cpu"),
+        ("torch", "3.0.0"),
     ],
 )
-def test_an_untested_release_is_refused_by_name(
-    monkeypatch: pytest.MonkeyPatch, package: str, found: str
+def test_a_release_newer_than_every_tested_one_is_accepted_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, package: str, found: str
 ) -> None:
-    real = _compat.version
-    monkeypatch.setattr(_compat, "version", lambda name: found if name == package else real(name))
-    with pytest.raises(UnsupportedRelease, match=rf"{package} {found} is not a release") as info:
+    _installed(monkeypatch, **{package: found})
+    with caplog.at_level("WARNING", logger=_compat.__name__):
         xnnfold.XnnpackFoldingPartitioner()
-    assert "pip install torch==2.13.0 'executorch>=1.4.1,<1.6'" in str(info.value)
+    assert f"{package} {found} is newer than every release xnnfold was tested with" in caplog.text
+
+
+def test_a_newer_release_whose_upstream_name_moved_is_refused_by_name(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _installed(monkeypatch, executorch="1.6.0")
+    moved = ("executorch.backends.xnnpack.xnnpack_preprocess", "XnnpackBackend.gone")
+    monkeypatch.setattr(_compat, "UPSTREAM_NAMES", (*_compat.UPSTREAM_NAMES, moved))
+    with (
+        caplog.at_level("WARNING", logger=_compat.__name__),
+        pytest.raises(UnsupportedRelease, match=r"XnnpackBackend\.gone does not exist"),
+    ):
+        xnnfold.XnnpackFoldingPartitioner()
+    # The refusal alone: no warning that the names are present.
+    assert "is newer than" not in caplog.text
+
+
+def test_a_newer_release_whose_internal_moved_is_refused_naming_the_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _installed(monkeypatch, torch="2.16.0")
+    monkeypatch.setitem(INTERNALS, "moved", ("torch", "torch.utils._pytree", "_gone"))
+    with pytest.raises(
+        UnsupportedRelease, match=r"_pytree has no attribute _gone.*installed torch is 2\.16\.0"
+    ):
+        _compat.moved  # noqa: B018 - the access under test
 
 
 def test_an_untested_patch_release_in_the_range_is_accepted_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    real = _compat.version
-    monkeypatch.setattr(_compat, "version", lambda name: "1.5.2" if name == "executorch" else real(name))
+    _installed(monkeypatch, executorch="1.5.2")
     with caplog.at_level("WARNING", logger=_compat.__name__):
         check_releases()
     assert "executorch 1.5.2 is in the supported range but was not itself tested" in caplog.text
@@ -72,7 +129,9 @@ def test_an_untested_combination_of_tested_releases_is_accepted_with_a_warning(
     monkeypatch.setattr(_compat, "version", lambda name: found[name])
     with caplog.at_level("WARNING", logger=_compat.__name__):
         check_releases()
-    message = f"torch {torch_found.split('+')[0]} with executorch {executorch_found} is a combination"
+    message = (
+        f"torch {torch_found.split('+')[0]} with executorch {executorch_found} is a combination"
+    )
     assert (message in caplog.text) is warned, caplog.text
 
 
@@ -88,35 +147,29 @@ def test_a_moved_upstream_name_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch, moved: tuple[str, str]
 ) -> None:
     monkeypatch.setattr(_compat, "UPSTREAM_NAMES", (*_compat.UPSTREAM_NAMES, moved))
-    with pytest.raises(UnsupportedRelease, match=moved[1].split(".")[-1] if "gone" in moved[1] else "no_such_module"):
+    with pytest.raises(
+        UnsupportedRelease,
+        match=moved[1].split(".")[-1] if "gone" in moved[1] else "no_such_module",
+    ):
         xnnfold.XnnpackFoldingPartitioner()
 
 
 @pytest.mark.parametrize(
-    ("found", "expected"),
+    ("found", "standing"),
     [
-        ("2.13.0+cpu", True),
-        ("2.13.1", True),
-        ("2.14.1+cu130", True),
-        ("2.15.0", False),
-        ("2.15.0a0", False),
-        ("1.5.1", False),
+        ("2.12.1", "older"),
+        ("2.13.0rc1", "older"),
+        ("2.13.0+cpu", "in range"),
+        ("2.13.1", "in range"),
+        ("2.14.1+cu130", "in range"),
+        ("2.15.0", "in range"),
+        ("2.16.0a0", "newer"),
+        ("2.16.0", "newer"),
+        ("10.0.0", "newer"),
     ],
 )
-def test_torch_range(found: str, expected: bool) -> None:
-    assert _compat._in_range(found, _compat.TORCH_RANGE) is expected
-
-
-def test_pyproject_declares_the_checked_ranges() -> None:
-    import tomllib
-    from pathlib import Path
-
-    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())["project"]
-    extra = set(project["optional-dependencies"]["xnnpack"])
-    assert extra == {
-        f"torch>={_compat.TORCH_RANGE[0]},<{_compat.TORCH_RANGE[1]}",
-        f"executorch>={EXECUTORCH_RANGE[0]},<{EXECUTORCH_RANGE[1]}",
-    }
+def test_where_a_torch_release_stands_against_the_tested_range(found: str, standing: str) -> None:
+    assert _compat._standing(found, ("2.13.0", "2.16")) == standing
 
 
 def test_a_folding_config_that_would_not_replace_its_stock_config_is_refused(
@@ -125,5 +178,7 @@ def test_a_folding_config_that_would_not_replace_its_stock_config_is_refused(
     from xnnfold.passes.partition import _configs
 
     monkeypatch.setattr(_configs.FoldingLinearConfig, "target_name", "renamed.default")
-    with pytest.raises(RuntimeError, match="FoldingLinearConfig must keep LinearConfig's target_name"):
+    with pytest.raises(
+        RuntimeError, match="FoldingLinearConfig must keep LinearConfig's target_name"
+    ):
         xnnfold.XnnpackFoldingPartitioner()

@@ -1,0 +1,101 @@
+"""The tested releases are defined once, in `xnnfold._upstream.TESTED_COMBINATIONS`.
+
+The ranges the release check and pyproject.toml's xnnpack extra use are derived from it, and
+the files that install, run or document the combinations (tox.ini, .ci/run,
+docs/versions.md) list exactly its pairs: adding a release is one line there, and this file
+names each place still to follow.
+"""
+
+from __future__ import annotations
+
+import configparser
+import re
+from pathlib import Path
+
+import tomllib
+
+from xnnfold import _upstream
+from xnnfold._upstream import (
+    DEFAULT_COMBINATION,
+    EXECUTORCH_RANGE,
+    TESTED_COMBINATIONS,
+    TORCH_RANGE,
+)
+
+ROOT = Path(__file__).parents[2]
+_RELEASE = r"\d+\.\d+\.\d+"
+
+
+def test_a_range_runs_from_the_lowest_tested_release_to_the_minor_after_the_highest() -> None:
+    # Compared as numbers: 2.9.1 is below 2.10.0, and 2.10 is followed by 2.11.
+    assert _upstream._range_of(frozenset({"2.10.0", "2.9.1", "2.10.2"})) == ("2.9.1", "2.11")
+
+
+def test_the_default_stack_is_a_tested_combination() -> None:
+    assert DEFAULT_COMBINATION in TESTED_COMBINATIONS
+
+
+def test_pyproject_declares_the_ranges_of_the_tested_releases() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(project["optional-dependencies"]["xnnpack"]) == {
+        f"torch>={TORCH_RANGE[0]},<{TORCH_RANGE[1]}",
+        f"executorch>={EXECUTORCH_RANGE[0]},<{EXECUTORCH_RANGE[1]}",
+    }
+
+
+def _ci_combinations() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(the stack stage 1 runs the full suite on, the pairs stage 2 runs the fast tier on)."""
+    script = (ROOT / ".ci" / "run").read_text()
+    full = set(re.findall(rf"lowering_venv \.ci-venv ({_RELEASE}) ({_RELEASE})", script))
+    (others,) = re.findall(r"^OTHER_COMBINATIONS=\(([^)]*)\)", script, flags=re.MULTILINE)
+    fast = set(re.findall(rf'"({_RELEASE}):({_RELEASE})"', others))
+    return full, fast
+
+
+def test_ci_runs_the_full_suite_on_the_default_stack() -> None:
+    full, _ = _ci_combinations()
+    assert full == {DEFAULT_COMBINATION}
+
+
+def test_ci_runs_the_fast_tier_on_every_other_tested_combination() -> None:
+    _, fast = _ci_combinations()
+    assert fast == TESTED_COMBINATIONS - {DEFAULT_COMBINATION}
+
+
+def _expand(envlist: str) -> list[str]:
+    """tox's envlist with its ``a{b,c}`` groups expanded (one group per name, as here)."""
+    names = []
+    for item in re.split(r",\s*(?![^{]*})", envlist.strip()):
+        group = re.search(r"\{([^}]*)\}", item)
+        if group is None:
+            names.append(item)
+        else:
+            names += [
+                item[: group.start()] + choice + item[group.end() :]
+                for choice in group[1].split(",")
+            ]
+    return names
+
+
+def test_tox_has_one_environment_per_tested_combination() -> None:
+    tox = configparser.ConfigParser(interpolation=None)
+    tox.read(ROOT / "tox.ini")
+    # The factor each pin is conditioned on: "torch2150: torch==2.15.0" -> torch2150 -> 2.15.0.
+    pins = dict(
+        re.findall(
+            r"^(\w+): (?:torch|executorch)==(\S+)$", tox["testenv"]["deps"], flags=re.MULTILINE
+        )
+    )
+    pairs = []
+    for name in _expand(tox["tox"]["envlist"]):
+        factors = name.split("-")
+        if all(factor in pins for factor in factors):
+            torch_factor, executorch_factor = factors
+            pairs.append((pins[torch_factor], pins[executorch_factor]))
+    assert sorted(pairs) == sorted(TESTED_COMBINATIONS)
+
+
+def test_docs_versions_tabulates_every_tested_combination() -> None:
+    text = (ROOT / "docs" / "versions.md").read_text()
+    rows = re.findall(rf"^\| ({_RELEASE})[^|]*\| ({_RELEASE}) \|", text, flags=re.MULTILINE)
+    assert sorted(rows) == sorted(TESTED_COMBINATIONS)

@@ -21,7 +21,8 @@ import torch
 import xnnfold
 from xnnfold.cli import main
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 MODELS = textwrap.dedent(
     """

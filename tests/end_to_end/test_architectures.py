@@ -28,7 +28,8 @@ from xnnfold.fixtures._architectures import (
     ComputedWeightModule,
 )
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 # The GEMMs XNNPACK takes only with a static weight (bmm multiplies two activations).
 GEMM_OPS = frozenset({"convolution", "linear", "addmm", "mm"})

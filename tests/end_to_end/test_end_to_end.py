@@ -30,6 +30,24 @@ GRID = [
 ]
 EXTRA = ["linear_computed_bias", "matmul_transposed"]
 CASES = GRID + EXTRA
+# The fast tier's slice of the grid: every norm and every layer kind at least once, and
+# both extras; the full tier runs the whole grid.
+FAST_CASES = frozenset(
+    {
+        "weight_norm_dim0-conv1d",
+        "weight_norm_dim2-conv2d",
+        "weight_norm_dimNone-depthwise_conv2d",
+        "spectral_norm-linear",
+        "legacy_weight_norm-conv_transpose1d",
+        "legacy_spectral_norm-conv1d_grouped",
+        "weight_norm_dim0-conv_transpose2d",
+        *EXTRA,
+    }
+)
+
+
+def _tiered(names: list[str]) -> list[object]:
+    return [pytest.param(n, marks=() if n in FAST_CASES else pytest.mark.slow) for n in names]
 
 
 def _eager(name: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -37,21 +55,21 @@ def _eager(name: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return fixture_by_name(name).model()(*inputs)
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", _tiered(CASES))
 def test_fully_delegated(name: str) -> None:
     summary = lowered_folding(name).summary
     assert summary.delegates == 1, summary
     assert not summary.outside_ops, summary.outside_ops_text()
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", _tiered(CASES))
 def test_matches_eager(name: str) -> None:
     inputs = fixture_by_name(name).inputs()
     (out,) = xnnfold.run_pte(lowered_folding(name).buffer, inputs)
     torch.testing.assert_close(out, _eager(name, inputs), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", GRID + ["linear_computed_bias"])
+@pytest.mark.parametrize("name", _tiered(GRID + ["linear_computed_bias"]))
 def test_bitwise_equal_to_hand_folded(name: str) -> None:
     inputs = fixture_by_name(name).inputs()
     (ours,) = xnnfold.run_pte(lowered_folding(name).buffer, inputs)
@@ -59,7 +77,7 @@ def test_bitwise_equal_to_hand_folded(name: str) -> None:
     assert torch.equal(ours, theirs), (ours - theirs).abs().max()
 
 
-@pytest.mark.parametrize("name", GRID + ["linear_computed_bias"])
+@pytest.mark.parametrize("name", _tiered(GRID + ["linear_computed_bias"]))
 def test_pte_no_larger_than_hand_folded(name: str) -> None:
     assert len(lowered_folding(name).buffer) <= len(lowered_hand_folded(name).buffer)
 
@@ -85,7 +103,7 @@ def _source_tensors(name: str) -> dict[str, torch.Tensor]:
     return sources
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", _tiered(CASES))
 def test_source_parameters_not_stored(name: str) -> None:
     buffer = lowered_folding(name).buffer
     for key, tensor in _source_tensors(name).items():
@@ -98,7 +116,7 @@ def test_source_parameters_not_stored(name: str) -> None:
 DYNAMIC = [f"{norm}-{layer}" for norm in ("weight_norm_dim0", "spectral_norm", "legacy_weight_norm") for layer in ("conv1d", "conv_transpose1d", "linear")]
 
 
-@pytest.mark.parametrize("name", DYNAMIC)
+@pytest.mark.parametrize("name", _tiered(DYNAMIC))
 def test_dynamic_length_runs_at_several_lengths(name: str) -> None:
     fixture = fixture_by_name(name)
     lowered = lowered_dynamic(name)

@@ -22,7 +22,8 @@ from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold._meta import FOLD_META_KEY
 from xnnfold.passes.partition._aten_plan import keepable
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 

@@ -21,7 +21,8 @@ from xnnfold._meta import FOLD_SCALES_META_KEY
 
 from tests._lowering import lower_stock
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 IN_FEATURES, OUT_FEATURES, BATCH = 16, 8, 4
 

@@ -50,7 +50,8 @@ import xnnfold
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold._meta import FOLD_META_KEY
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 EXTERNAL_FILE = "model"

@@ -29,6 +29,9 @@ from xnnfold._meta import CUSTOM_META_KEY, PRESERVED_META_KEY
 from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
 from xnnfold.passes.partition._decompositions import decomposed_ops, filter_is_redundant
 
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = pytest.mark.slow
+
 aten = torch.ops.aten
 
 
@@ -379,7 +382,7 @@ FAST_LAYERS = ("conv1d", "conv_transpose2d", "linear")
 @pytest.mark.parametrize(
     "norm, layer",
     [
-        pytest.param(n, l, marks=() if l in FAST_LAYERS else pytest.mark.slow)
+        pytest.param(n, l, marks=() if l in FAST_LAYERS else pytest.mark.campaign)
         for n, l in GRID
     ],
     ids=[f"{n}-{l}" for n, l in GRID],
@@ -400,7 +403,7 @@ FAST_FIXTURES = ("pos_conv_small", "wn_conv_stack", "spectral_mlp", "hifigan_gen
 @pytest.mark.runtime
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=() if n in FAST_FIXTURES else pytest.mark.slow) for n in FIXTURES],
+    [pytest.param(n, marks=() if n in FAST_FIXTURES else pytest.mark.campaign) for n in FIXTURES],
 )
 def test_same_program_as_filter_path_fixtures(name: str, monkeypatch) -> None:
     fixture = FIXTURES[name]

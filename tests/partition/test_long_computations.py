@@ -21,6 +21,9 @@ from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.fixtures._patterns import ChainedWeight
 from xnnfold.passes.partition._grouping import DisjointSets
 
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = pytest.mark.slow
+
 
 def _inputs() -> tuple[torch.Tensor]:
     return (torch.randn(2, 16, generator=torch.Generator().manual_seed(2)),)
@@ -41,7 +44,7 @@ def test_a_600_node_weight_computation_folds() -> None:
 
 
 @pytest.mark.runtime
-@pytest.mark.slow
+@pytest.mark.campaign
 def test_a_2500_node_weight_computation_folds() -> None:
     # Past Python's recursion limit (1,000 frames) twice over; bench_chain.py runs 5,000.
     _check_folded(1250)

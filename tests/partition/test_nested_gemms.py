@@ -15,7 +15,8 @@ from torch import nn
 
 import xnnfold
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 
 class NestedBias(nn.Module):

@@ -34,6 +34,9 @@ from xnnfold.passes.partition._predicates import (
     WeightComputation,
 )
 
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = pytest.mark.slow
+
 LINEAR = torch.ops.aten.linear.default
 
 

@@ -38,7 +38,8 @@ from tests._lowering import Lowered
 from xnnfold.fixtures import Fixture, ScaledBias
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 MODES = ["static", "dynamic"]
 

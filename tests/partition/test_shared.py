@@ -24,7 +24,8 @@ import xnnfold
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
 from tests._lowering import lower_folding, lower_stock
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 
 class CrossAttention(nn.Module):

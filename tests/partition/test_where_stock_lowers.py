@@ -31,7 +31,8 @@ from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 
 class _Gemms(nn.Module):

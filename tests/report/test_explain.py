@@ -18,7 +18,8 @@ from xnnfold.passes._ops import STOCK_WHY_LOGGERS
 from xnnfold.passes.report._reasons import collect_why_reasons
 from tests._lowering import lower_stock
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 

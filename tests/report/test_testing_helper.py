@@ -19,7 +19,8 @@ import xnnfold
 from xnnfold.fixtures import layer_fixture
 from xnnfold.testing import _compare_outputs, assert_fully_delegated, DelegationCheck
 
-pytestmark = pytest.mark.runtime
+# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 WN_CONV = layer_fixture("weight_norm_dim0", "conv1d")
 

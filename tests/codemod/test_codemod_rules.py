@@ -30,7 +30,10 @@ import xnnfold
 import xnnfold.rewriter.codemod as codemod_module
 from xnnfold.rewriter import CodemodOptions, FileOutcome, transform_source
 from xnnfold.rewriter.codemod._api import UnparseableSource
-from xnnfold.rewriter.codemod._rules import _FOLDING_POSITIONAL, FOLDING_PARTITIONER_PARAMETERS
+from xnnfold.rewriter.codemod._rules import (
+    FOLDING_PARTITIONER_OPTIONS,
+    FOLDING_PARTITIONER_POSITIONAL,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -270,13 +273,16 @@ def test_removal_passed_as_a_value_blocks_the_migration() -> None:
 
 @pytest.mark.needs_torch
 def test_folding_partitioner_parameters_match_its_signature() -> None:
-    """The rewrite keeps a call's arguments only if the folding partitioner takes them."""
+    """The rewrite leaves a call alone only when it names one of the folding partitioner's
+    own options; every other keyword reaches the configs with either partitioner."""
     parameters = inspect.signature(xnnfold.XnnpackFoldingPartitioner.__init__).parameters
-    assert tuple(parameters)[1:] == FOLDING_PARTITIONER_PARAMETERS
-    positional = [
-        p for p in parameters.values() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
-    ]
-    assert len(positional) - 1 == _FOLDING_POSITIONAL
+    by_kind = {
+        kind: tuple(name for name, p in parameters.items() if p.kind is kind and name != "self")
+        for kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    assert by_kind[inspect.Parameter.POSITIONAL_OR_KEYWORD] == FOLDING_PARTITIONER_POSITIONAL
+    assert by_kind[inspect.Parameter.KEYWORD_ONLY] == FOLDING_PARTITIONER_OPTIONS
+    assert any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def _weight_normed_linear() -> torch.nn.Module:

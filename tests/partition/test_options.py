@@ -8,21 +8,23 @@ an effect that only that value produces.
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 import pytest
 import torch
-from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
 from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
+from executorch.backends.xnnpack.partition.config.xnnpack_config import ConfigPrecisionType
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
-from xnnfold.passes import FoldingLinearConfig, FoldOptions
-from xnnfold._upstream import supports_bf16
 from xnnfold._meta import FOLD_OPTIONS_META_KEY
+from xnnfold._upstream import supports_bf16
+from xnnfold.passes import FoldingLinearConfig, FoldOptions
 from xnnfold.passes._codes import SHARED_TOO_WIDE
+from xnnfold.passes.partition import _partitioner as partitioner_module
 from xnnfold.passes.partition._predicates import (
     find_weight_computation,
     Rejection,
@@ -114,10 +116,15 @@ def test_enable_bf16_reaches_the_configs() -> None:
     )
 
 
-@pytest.mark.skipif(supports_bf16(), reason="this executorch delegates bf16 (the test above)")
-def test_enable_bf16_without_support_says_so() -> None:
-    with pytest.raises(ValueError, match=r"has no bf16 delegation .* it arrived in 1\.5\.0"):
+def test_enable_bf16_without_support_is_accepted_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a release without bf16 delegation (1.4.1) the stock partitioner takes the
+    keyword and its configs ignore it; the folding one takes it too, and says so."""
+    monkeypatch.setattr(partitioner_module, "supports_bf16", lambda: False)
+    with caplog.at_level(logging.WARNING, logger="xnnfold"):
         XnnpackFoldingPartitioner(enable_bf16=True)
+    assert any("has no bf16 delegation" in r.getMessage() for r in caplog.records)
 
 
 def test_configs_replace_only_the_configs_given() -> None:

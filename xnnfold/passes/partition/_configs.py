@@ -11,7 +11,7 @@ it into a constant at preprocess. Everything else is the stock config's decision
 from __future__ import annotations
 
 import logging
-from typing import cast, Optional, Sequence, Union
+from typing import Any, cast, Optional, Sequence, Union
 
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
@@ -27,6 +27,7 @@ from executorch.backends.xnnpack.partition.config.xnnpack_config import (
 from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
+from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
 from xnnfold.passes._codes import Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
@@ -414,19 +415,59 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
         )
         return permuted_weight_problem(node, self.weight_idx, folded=folded)
 
-    def get_deps(
-        self, node: Node, ep: ExportedProgram
-    ) -> tuple[bool, list[Node]]:
+    # Provided by AddmmConfig: the source modules whose decomposition it maps back.
+    linear_modules: list[Any]
+
+    def _foldable(self, node: Node, ep: ExportedProgram) -> list[WeightComputation]:
+        return [
+            result
+            for index in self.arg_positions()
+            if isinstance(result := self.computation(node, index, ep), WeightComputation)
+        ]
+
+    def _within_linear(self, node: Node, ep: ExportedProgram) -> bool:
+        """True when every foldable computation of this GEMM's arguments lies inside
+        the `F.linear` it was decomposed from: the transpose of the linear's own weight.
+
+        The stock config maps such a GEMM back to the linear (its source partition),
+        where the weight is a parameter: it takes the linear whole, with the reshapes
+        around the GEMM and, under dynamic shapes, the symbolic sizes they read, and
+        folds nothing."""
+        computations = self._foldable(node, ep)
+        if not computations:
+            return False
+        for partitions in get_source_partitions(ep.graph, self.linear_modules).values():
+            for partition in partitions:
+                if node in partition.nodes:
+                    inside = set(partition.nodes)
+                    return all(set(c.nodes) <= inside for c in computations)
+        return False
+
+    def _stock_takes(self, node: Node, ep: ExportedProgram) -> bool:
+        """True when the stock config takes this GEMM as part of its `F.linear`, with a
+        parameter weight: nothing of it is folded."""
+        return self._within_linear(node, ep) and super().get_deps(node, ep)[0]  # type: ignore[misc]
+
+    def get_deps(self, node: Node, ep: ExportedProgram) -> tuple[bool, list[Node]]:
         # The stock addmm/mm config maps a decomposed F.linear back to its source
         # partition and checks the linear's weight instead of the GEMM's real argument,
         # which hides a computed `W.t()` behind the transpose. A GEMM with a foldable
-        # argument is checked on its own arguments.
-        if self.fold and any(
-            isinstance(self.computation(node, i, ep), WeightComputation)
-            for i in self.arg_positions()
-        ):
-            return GEMMConfig.get_deps(self, node, ep)
-        return super().get_deps(node, ep)  # type: ignore[misc]
+        # argument is checked on its own arguments, unless that argument is only the
+        # linear's own transpose of a parameter and the stock config takes the linear.
+        if not self.fold or not self._foldable(node, ep):
+            return super().get_deps(node, ep)  # type: ignore[misc]
+        if self._within_linear(node, ep):
+            valid, deps = super().get_deps(node, ep)  # type: ignore[misc]
+            if valid:
+                return valid, deps
+        return GEMMConfig.get_deps(self, node, ep)
+
+    def folded_args(
+        self, node: Node, ep: ExportedProgram, partition: list[Node]
+    ) -> dict[int, Optional[str]]:
+        if self.fold and self._stock_takes(node, ep):
+            return {}
+        return super().folded_args(node, ep, partition)
 
 
 class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):

@@ -15,7 +15,7 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Callable, cast, Optional, Sequence, Union
+from typing import Any, Callable, cast, Optional, Sequence, Union
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -89,6 +89,10 @@ from xnnfold.passes.report._reasons import (
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
 
 logger = logging.getLogger(__name__)
+
+# The config keywords of the stock partitioner that this one reads too.
+FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"
+ENABLE_BF16_OPTION = "enable_bf16"
 
 # What the configs write onto a GEMM they accept (cleared before each matching).
 _MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY)
@@ -196,8 +200,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         config_precisions: as for `XnnpackPartitioner`.
         per_op_mode: as for `XnnpackPartitioner`.
         verbose: as for `XnnpackPartitioner`.
-        force_non_static_weights_for_f32_linear: as for `XnnpackPartitioner`.
-        enable_bf16: as for `XnnpackPartitioner`.
         fold: False turns folding off (the stock partitioner's behaviour, except that
             an addmm XNNPACK would compute wrongly, with beta or alpha other than 1 or
             a bias that is not per output channel, stays on portable, and that a
@@ -210,6 +212,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             is left out when it provably changes nothing (every instance it could see
             is accepted), which saves executorch two decomposition passes; the program
             is byte-identical either way. An escape hatch, slower.
+        **config_options: handed to every config class, as `XnnpackPartitioner` hands
+            its keywords: ``force_non_static_weights_for_f32_linear``, ``enable_bf16``
+            (executorch 1.5.0 and later), and the options of config classes given in
+            ``configs``. Only the keywords given are handed on.
+
+    The arguments and keywords of `XnnpackPartitioner` are accepted in the same order and
+    with the same meaning; xnnfold's own options are keyword-only.
 
     Example::
 
@@ -229,21 +238,21 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         per_op_mode: bool = False,
         verbose: bool = False,
         *,
-        force_non_static_weights_for_f32_linear: bool = False,
-        enable_bf16: bool = False,
         fold: bool = True,
         max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
         keep_decomposition_filter: bool = False,
+        **config_options: Any,
     ) -> None:
         check_releases()
         check_replacements()
-        if enable_bf16 and not supports_bf16():
-            raise ValueError(
-                "XnnpackFoldingPartitioner(enable_bf16=True): the installed executorch "
-                f"{_installed('executorch') or '(unknown version)'} has no bf16 "
-                "delegation (its XNNPACK configs "
-                "ignore the option; it arrived in 1.5.0): upgrade executorch or drop "
-                "enable_bf16"
+        if config_options.get(ENABLE_BF16_OPTION) and not supports_bf16():
+            # The stock partitioner takes the keyword and its configs ignore it; so does
+            # this one (bf16 GEMMs stay on portable, computing what eager does).
+            logger.warning(
+                "xnnfold: XnnpackFoldingPartitioner(enable_bf16=True) has no effect: the "
+                "installed executorch %s has no bf16 delegation (it arrived in 1.5.0), so "
+                "bf16 GEMMs stay on the portable kernels; upgrade executorch to delegate them",
+                _installed("executorch") or "(unknown version)",
             )
         try:
             options = FoldOptions(max_fold_nodes=max_fold_nodes)
@@ -254,12 +263,14 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             config_precisions,
             per_op_mode,
             verbose,
-            force_non_static_weights_for_f32_linear=force_non_static_weights_for_f32_linear,
-            enable_bf16=enable_bf16,
+            **config_options,
         )
         self.fold = fold
         self.options = options
-        self._force_non_static_weights = force_non_static_weights_for_f32_linear
+        # Read as the stock configs read it (XNNPartitionerConfig.__init__).
+        self._force_non_static_weights = bool(
+            config_options.get(FORCE_NON_STATIC_WEIGHTS_OPTION, False)
+        )
         self.keep_decomposition_filter = keep_decomposition_filter
         self.rejections: dict[tuple[Node, int], Rejection] = {}
         self._argument_problems: dict[str, Problem] = {}

@@ -139,20 +139,12 @@ _PREPARE_OBJ: Final = "prepare_for_xnnpack"
 _FOLDING_PARTITIONER: Final = "XnnpackFoldingPartitioner"
 _STOCK_PARTITIONER: Final = "XnnpackPartitioner"
 _LOWER: Final = "to_edge_transform_and_lower"
-# XnnpackFoldingPartitioner's parameters, in order. The stock partitioner forwards unknown
-# keywords to its configs; the folding one takes none, so such a call is left alone.
-FOLDING_PARTITIONER_PARAMETERS: Final = (
-    "configs",
-    "config_precisions",
-    "per_op_mode",
-    "verbose",
-    "force_non_static_weights_for_f32_linear",
-    "enable_bf16",
-    "fold",
-    "max_fold_nodes",
-    "keep_decomposition_filter",
-)
-_FOLDING_POSITIONAL: Final = 4
+# XnnpackFoldingPartitioner's parameters: the stock partitioner's positional ones, in
+# order, then its own keyword-only options. Every other keyword reaches the configs, as
+# with the stock partitioner; a stock call passing one of the folding partitioner's own
+# option names to its configs would change meaning, so such a call is left alone.
+FOLDING_PARTITIONER_POSITIONAL: Final = ("configs", "config_precisions", "per_op_mode", "verbose")
+FOLDING_PARTITIONER_OPTIONS: Final = ("fold", "max_fold_nodes", "keep_decomposition_filter")
 
 # GEMMs whose weight argument is examined in forward: name -> (weight index, bias index).
 _GEMMS: Final[dict[str, tuple[int, ...]]] = {
@@ -1045,9 +1037,9 @@ def _export_messages(analysis: _Analysis, options: CodemodOptions) -> tuple[list
             site.message = "XnnpackPartitioner: not replaced: export wiring is off"
         elif unknown:
             site.message = (
-                f"XnnpackPartitioner: not replaced: XnnpackFoldingPartitioner does not take "
-                f"{unknown} (the stock partitioner forwards extra keywords to its configs); "
-                "replace it by hand"
+                f"XnnpackPartitioner: not replaced: the call passes {unknown} to the stock "
+                "partitioner's configs, which XnnpackFoldingPartitioner reads as its own "
+                "option; replace it by hand"
             )
         else:
             site.planned(
@@ -1060,19 +1052,15 @@ def _export_messages(analysis: _Analysis, options: CodemodOptions) -> tuple[list
 
 
 def _unknown_partitioner_arguments(call: cst.Call) -> str:
-    """The arguments of an XnnpackPartitioner call the folding partitioner would refuse."""
-    unknown = []
-    positional = 0
-    for arg in call.args:
-        if arg.star:
-            unknown.append(f"{arg.star}{_excerpt(arg.value)}")
-        elif arg.keyword is None:
-            positional += 1
-            if positional > _FOLDING_POSITIONAL:
-                unknown.append(f"positional argument {positional}")
-        elif arg.keyword.value not in FOLDING_PARTITIONER_PARAMETERS:
-            unknown.append(arg.keyword.value)
-    return ", ".join(unknown)
+    """The keywords of an XnnpackPartitioner call that the folding partitioner would read
+    differently: the stock partitioner hands every keyword to its configs, the folding
+    one reads its own options' names itself. (Whatever ``**options`` holds is not known
+    here; a call with too many positional arguments fails with either partitioner.)"""
+    return ", ".join(
+        arg.keyword.value
+        for arg in call.args
+        if arg.keyword is not None and arg.keyword.value in FOLDING_PARTITIONER_OPTIONS
+    )
 
 
 def _dependence_messages(analysis: _Analysis, options: CodemodOptions) -> None:

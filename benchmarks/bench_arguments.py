@@ -24,7 +24,9 @@ warnings.filterwarnings("ignore")
 
 
 class Addmm(nn.Module):
-    def __init__(self, *, beta: float, alpha: float, computed: bool, bias_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, *, beta: float, alpha: float, computed: bool, bias_shape: tuple[int, ...]
+    ) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(0)
         self.weight = nn.Parameter(torch.randn(16, 8, generator=generator))
@@ -47,13 +49,17 @@ CASES = [
 
 def main() -> None:
     x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
-    print("| case | stock: addmm runs in | stock max abs error | xnnfold: addmm runs in | xnnfold max abs error |")
+    print(
+        "| case | stock: addmm runs in | stock max abs error | xnnfold: addmm runs in | xnnfold max abs error |"
+    )
     print("|---|---|---|---|---|")
     for name, kwargs in CASES:
         model = Addmm(**kwargs).eval()
         cells = []
         for partitioner in (XnnpackPartitioner(), xnnfold.XnnpackFoldingPartitioner()):
-            edge = to_edge_transform_and_lower(torch.export.export(model, (x,)), partitioner=[partitioner])
+            edge = to_edge_transform_and_lower(
+                torch.export.export(model, (x,)), partitioner=[partitioner]
+            )
             out = xnnfold.run_pte(edge.to_executorch().buffer, (x,))[0]
             where = "portable" if xnnfold.summarize(edge).outside_ops.get("addmm") else "XNNPACK"
             cells += [where, f"{float((out - model(x)).abs().max()):.3g}"]

@@ -33,7 +33,9 @@ VARIANTS = ("xnnfold", "stock")
 
 
 def _lower_seconds(ep: torch.export.ExportedProgram, variant: str) -> tuple[float, bytes]:
-    partitioner = xnnfold.XnnpackFoldingPartitioner() if variant == "xnnfold" else XnnpackPartitioner()
+    partitioner = (
+        xnnfold.XnnpackFoldingPartitioner() if variant == "xnnfold" else XnnpackPartitioner()
+    )
     start = time.process_time()
     buffer = to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer
     return time.process_time() - start, buffer
@@ -43,9 +45,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, nargs="+", default=[250, 500, 1000, 2500])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--stock-max-steps", type=int, default=None,
-                        help="time the stock partitioner only up to this length (its "
-                        "lowering of thousands of nodes takes minutes)")
+    parser.add_argument(
+        "--stock-max-steps",
+        type=int,
+        default=None,
+        help="time the stock partitioner only up to this length (its "
+        "lowering of thousands of nodes takes minutes)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("chain_results.md"))
     args = parser.parse_args()
     x = torch.randn(2, 16)

@@ -161,7 +161,7 @@ class {name}Attention(nn.Module):
         return self.proj(out.transpose(1, 2).reshape(b, t, d))
 '''
 
-_LEGACY_KEYS = '''
+_LEGACY_KEYS = """
 
 def load_legacy_checkpoint(model: nn.Module, path: str) -> None:
     state = torch.load(path, map_location="cpu")
@@ -169,9 +169,9 @@ def load_legacy_checkpoint(model: nn.Module, path: str) -> None:
         if key.endswith("weight_g") or key.endswith("weight_v"):
             state[key] = state[key].float()
     model.load_state_dict(state)
-'''
+"""
 
-_FORWARD_COMPUTED = '''
+_FORWARD_COMPUTED = """
 
 class {name}Scaled(nn.Module):
     def __init__(self, features: int) -> None:
@@ -182,9 +182,9 @@ class {name}Scaled(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight * self.gain / self.weight.norm(dim=1, keepdim=True)
         return torch.nn.functional.linear(x, w)
-'''
+"""
 
-_EXPORT = '''
+_EXPORT = """
 
 def export_{lower}(model: nn.Module, example: torch.Tensor, path: str) -> None:
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
@@ -194,7 +194,7 @@ def export_{lower}(model: nn.Module, example: torch.Tensor, path: str) -> None:
     edge = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
     with open(path, "wb") as handle:
         handle.write(edge.to_executorch().buffer)
-'''
+"""
 
 # Kinds of files, with their share of the tree.
 # About 15% of the files hold a site, and 30% of the models an attention block whose
@@ -213,10 +213,20 @@ KINDS = (
 
 def _module(kind: str, i: int, rng: random.Random) -> str:
     name = f"{rng.choice(['Wave', 'Mel', 'Pos', 'Gan', 'Res', 'Dac', 'Vits', 'Enc'])}Net{i}"
-    fill = dict(name=name, lower=name.lower(), i=i, k=rng.choice([3, 5, 7]), d=rng.choice([1, 2, 3]),
-                c=rng.choice([1, 80, 128]), h=rng.choice([64, 128, 256]), n=rng.randint(2, 8),
-                p=rng.choice([0.0, 0.1]), g=rng.choice([1, 2]), scale=rng.choice([0.1, 1.0]),
-                b=rng.choice([8, 16, 32]))
+    fill = dict(
+        name=name,
+        lower=name.lower(),
+        i=i,
+        k=rng.choice([3, 5, 7]),
+        d=rng.choice([1, 2, 3]),
+        c=rng.choice([1, 80, 128]),
+        h=rng.choice([64, 128, 256]),
+        n=rng.randint(2, 8),
+        p=rng.choice([0.0, 0.1]),
+        g=rng.choice([1, 2]),
+        scale=rng.choice([0.1, 1.0]),
+        b=rng.choice([8, 16, 32]),
+    )
     if kind == "utils":
         return _UTILS.format(doc=f"Data utilities for dataset {i}.", **fill)
     wrap = ("", "")
@@ -275,9 +285,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=2000)
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--unfiltered-dirs", type=int, default=2,
-                        help="sub-directories of 100 files timed without the pre-filter "
-                        "(every file parsed; 0 = none, the full tree takes many minutes here)")
+    parser.add_argument(
+        "--unfiltered-dirs",
+        type=int,
+        default=2,
+        help="sub-directories of 100 files timed without the pre-filter "
+        "(every file parsed; 0 = none, the full tree takes many minutes here)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("codemod_results.md"))
     args = parser.parse_args()
 
@@ -293,8 +307,14 @@ def main() -> int:
             variants += [(False, jobs, subtree) for jobs in args.jobs]
         for prefilter, jobs, paths in variants:
             cpu = _cpu_s()
-            summary = run_codemod(paths, options=CodemodOptions(), mode="report", jobs=jobs,
-                                  prefilter=prefilter, progress=False)
+            summary = run_codemod(
+                paths,
+                options=CodemodOptions(),
+                mode="report",
+                jobs=jobs,
+                prefilter=prefilter,
+                progress=False,
+            )
             cpu = _cpu_s() - cpu
             findings = _findings(summary)
             if reference is None:
@@ -302,14 +322,30 @@ def main() -> int:
             # The pre-filter must never hide a finding: compare on the files both runs saw.
             expected = [f for f in reference if any(f.startswith(p + os.sep) for p in paths)]
             if findings != expected:
-                raise SystemExit(f"pre-filter={prefilter} -j {jobs}: findings differ from the first run")
+                raise SystemExit(
+                    f"pre-filter={prefilter} -j {jobs}: findings differ from the first run"
+                )
             rows.append((prefilter, jobs, summary, cpu))
-            print(f"pre-filter={prefilter} -j {jobs} over {summary.scanned} files: "
-                  f"{summary.elapsed_s:.1f} s", file=sys.stderr, flush=True)
+            print(
+                f"pre-filter={prefilter} -j {jobs} over {summary.scanned} files: "
+                f"{summary.elapsed_s:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
         start = time.perf_counter()
         cli = subprocess.run(
-            [sys.executable, "-m", "xnnfold", "codemod", "--report", "-j", str(max(args.jobs)), str(root)],
-            capture_output=True, text=True,
+            [
+                sys.executable,
+                "-m",
+                "xnnfold",
+                "codemod",
+                "--report",
+                "-j",
+                str(max(args.jobs)),
+                str(root),
+            ],
+            capture_output=True,
+            text=True,
         )
         cli_s = time.perf_counter() - start
         if cli.returncode != 0:

@@ -34,7 +34,9 @@ MIN_STOCK_OVER_FOLDED_POS_CONV = 50.0
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="interleaved rounds per fixture")
-    parser.add_argument("--slow-budget", type=float, default=40.0, help="seconds of timing for a slow variant")
+    parser.add_argument(
+        "--slow-budget", type=float, default=40.0, help="seconds of timing for a slow variant"
+    )
     parser.add_argument("--fixtures", nargs="*", default=DEFAULT_FIXTURES, choices=sorted(FIXTURES))
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("results.md"))
     args = parser.parse_args()
@@ -49,17 +51,28 @@ def main() -> int:
                 FIXTURES[name],
                 runs=args.runs,
                 slow_budget_s=args.slow_budget,
-                progress=lambda m: print(f"{time.perf_counter() - start:7.1f}s {m}", file=sys.stderr, flush=True),
+                progress=lambda m: print(
+                    f"{time.perf_counter() - start:7.1f}s {m}", file=sys.stderr, flush=True
+                ),
             )
         except Exception as error:  # a variant executorch cannot lower: say so, go on
-            reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            reason = (
+                str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+            )
             print(f"[{name}] not compared: {reason}", file=sys.stderr, flush=True)
             not_lowered.append(f"{name}: {reason}")
             continue
         stock, folded, hand = results
         rows += [(name, r) for r in results]
-        ratios.append((name, stock.median_ms / folded.median_ms, folded.median_ms / hand.median_ms,
-                       folded.pte_bytes - hand.pte_bytes, folded.lower_seconds / hand.lower_seconds))
+        ratios.append(
+            (
+                name,
+                stock.median_ms / folded.median_ms,
+                folded.median_ms / hand.median_ms,
+                folded.pte_bytes - hand.pte_bytes,
+                folded.lower_seconds / hand.lower_seconds,
+            )
+        )
 
     lines = [
         "# xnnfold benchmark",
@@ -79,7 +92,9 @@ def main() -> int:
         if parity > MAX_FOLDED_OVER_HAND:
             failures.append(f"{name}: xnnfold/hand-folded {parity:.3f} > {MAX_FOLDED_OVER_HAND}")
         if name == "pos_conv" and speedup < MIN_STOCK_OVER_FOLDED_POS_CONV:
-            failures.append(f"{name}: stock/xnnfold {speedup:.1f}x < {MIN_STOCK_OVER_FOLDED_POS_CONV}x")
+            failures.append(
+                f"{name}: stock/xnnfold {speedup:.1f}x < {MIN_STOCK_OVER_FOLDED_POS_CONV}x"
+            )
     lines += ["", "Targets missed: " + ("; ".join(failures) if failures else "none"), ""]
     if not_lowered:
         lines += ["Not compared (a variant failed to lower or run):", ""]

@@ -141,7 +141,9 @@ class LocalResBlock(nn.Module):
     def __init__(self, channels: int, kernel: int) -> None:
         super().__init__()
         self.convs1 = nn.ModuleList(
-            weight_norm(nn.Conv1d(channels, channels, kernel, dilation=d, padding=d * (kernel - 1) // 2))
+            weight_norm(
+                nn.Conv1d(channels, channels, kernel, dilation=d, padding=d * (kernel - 1) // 2)
+            )
             for d in (1, 3, 5)
         )
         self.convs2 = nn.ModuleList(
@@ -265,7 +267,9 @@ def folding_with_filter() -> Partitioner:
     return XnnpackFoldingPartitioner(keep_decomposition_filter=True)
 
 
-def hifigan_source() -> tuple[str, Callable[[], nn.Module], Callable[[], nn.Module], tuple[torch.Tensor, ...]]:
+def hifigan_source() -> tuple[
+    str, Callable[[], nn.Module], Callable[[], nn.Module], tuple[torch.Tensor, ...]
+]:
     fixture = FIXTURES.get("hifigan_generator")
     if fixture is not None:
         return (
@@ -301,9 +305,18 @@ def row(v: Variant, layers: Optional[int] = None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=None, help="timed lowerings per variant (default 3; 2 with --quick)")
-    parser.add_argument("--quick", action="store_true", help="6-layer encoder, 20/40/60-layer chains, 2 repeats")
-    parser.add_argument("--cases", nargs="+", choices=CASES, default=list(CASES), help="which cases to run")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed lowerings per variant (default 3; 2 with --quick)",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="6-layer encoder, 20/40/60-layer chains, 2 repeats"
+    )
+    parser.add_argument(
+        "--cases", nargs="+", choices=CASES, default=list(CASES), help="which cases to run"
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("lowering_results.md"))
     args = parser.parse_args()
     repeats = args.repeats or (2 if args.quick else 3)
@@ -357,14 +370,23 @@ def main() -> int:
 
 
 def encoder_case(
-    encoder_layers: int, repeats: int, lines: list[str], failures: list[str], say: Callable[[str], None]
+    encoder_layers: int,
+    repeats: int,
+    lines: list[str],
+    failures: list[str],
+    say: Callable[[str], None],
 ) -> None:
     """(a) encoder, no computed weights."""
     say(f"(a) {encoder_layers}-layer encoder")
     x = (torch.randn(1, 16, 64),)
     enc = [
         Variant(STOCK, lambda: _seeded(lambda: Encoder(encoder_layers)), stock, x),
-        Variant(XNNFOLD, lambda: prepare_for_xnnpack(_seeded(lambda: Encoder(encoder_layers))), folding, x),
+        Variant(
+            XNNFOLD,
+            lambda: prepare_for_xnnpack(_seeded(lambda: Encoder(encoder_layers))),
+            folding,
+            x,
+        ),
     ]
     measure(enc, repeats, say)
     ratio_cpu, ratio_wall = enc[1].cpu_s / enc[0].cpu_s, enc[1].wall_s / enc[0].wall_s
@@ -389,9 +411,12 @@ def encoder_case(
         failures.append("(a) encoder: xnnfold's program differs from stock's")
 
 
-
 def chain_case(
-    chain_sizes: tuple[int, ...], repeats: int, lines: list[str], failures: list[str], say: Callable[[str], None]
+    chain_sizes: tuple[int, ...],
+    repeats: int,
+    lines: list[str],
+    failures: list[str],
+    say: Callable[[str], None],
 ) -> None:
     """(b) weight_norm chains."""
     lines += [
@@ -405,8 +430,18 @@ def chain_case(
         say(f"(b) {layers}-layer weight_norm chain")
         x = (torch.randn(1, 16, 64),)
         chain = [
-            Variant(XNNFOLD, lambda n=layers: prepare_for_xnnpack(_seeded(lambda: WeightNormChain(n))), folding, x),
-            Variant(HAND_FOLDED, lambda n=layers: strip_parametrizations(_seeded(lambda: WeightNormChain(n))), stock, x),
+            Variant(
+                XNNFOLD,
+                lambda n=layers: prepare_for_xnnpack(_seeded(lambda: WeightNormChain(n))),
+                folding,
+                x,
+            ),
+            Variant(
+                HAND_FOLDED,
+                lambda n=layers: strip_parametrizations(_seeded(lambda: WeightNormChain(n))),
+                stock,
+                x,
+            ),
         ]
         measure(chain, repeats, say)
         lines += [f"| {layers} {row(v, layers)}" for v in chain]
@@ -419,7 +454,9 @@ def chain_case(
         else:
             m, pf, ph = previous
             marginal = f"{(f - pf) / (n - m) * 1e3:.1f} | {(h - ph) / (n - m) * 1e3:.1f}"
-        summary.append(f"| {n} | {f / n * 1e3:.1f} | {h / n * 1e3:.1f} | {marginal} | {f / h:.3f} |")
+        summary.append(
+            f"| {n} | {f / n * 1e3:.1f} | {h / n * 1e3:.1f} | {marginal} | {f / h:.3f} |"
+        )
         previous = (n, f, h)
     first, last = chain_sizes[0], chain_sizes[-1]
     growth = (per_layer[last][0] / last) / (per_layer[first][0] / first)
@@ -443,8 +480,9 @@ def chain_case(
         failures.append(f"(b) chain per-layer growth {growth:.3f} > {MAX_CHAIN_PER_LAYER_GROWTH}")
 
 
-
-def hifigan_case(repeats: int, lines: list[str], failures: list[str], say: Callable[[str], None]) -> None:
+def hifigan_case(
+    repeats: int, lines: list[str], failures: list[str], say: Callable[[str], None]
+) -> None:
     """(c) HiFi-GAN-style generator."""
     source, build, build_hand, x = hifigan_source()
     say(f"(c) HiFi-GAN ({source})")

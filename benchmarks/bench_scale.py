@@ -27,7 +27,6 @@ Needs ``transformers`` and ``timm`` beside xnnfold's lowering stack.
 from __future__ import annotations
 
 import argparse
-from importlib import metadata
 import json
 import os
 import platform
@@ -37,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
@@ -77,7 +77,9 @@ def _hifigan() -> tuple[Any, tuple[Any, ...]]:
     model = SpeechT5HifiGan(config)
     model.apply_weight_norm()
     frames = config.sampling_rate // 256  # 1 s at the default hop of 256 samples
-    spectrogram = torch.randn(frames, config.model_in_dim, generator=torch.Generator().manual_seed(1))
+    spectrogram = torch.randn(
+        frames, config.model_in_dim, generator=torch.Generator().manual_seed(1)
+    )
     return model.eval(), (spectrogram,)
 
 
@@ -139,8 +141,13 @@ def hand_fold(model: Any) -> Any:
 
                     x = pad_same(x, module.kernel_size, module.stride, module.dilation)
                 return F.conv2d(
-                    x, module.weight, module.bias, module.stride, module.padding,
-                    module.dilation, module.groups,
+                    x,
+                    module.weight,
+                    module.bias,
+                    module.stride,
+                    module.padding,
+                    module.dilation,
+                    module.groups,
                 )
 
             module.forward = forward
@@ -192,7 +199,11 @@ def child(name: str, variant: str, out: Path) -> None:
     (out / f"{name}.{variant}.pte").write_bytes(buffer)
     result = {
         "seconds": seconds,
-        "phases": {"export": exported - start, "lower": lowered - exported, "to_executorch": end - lowered},
+        "phases": {
+            "export": exported - start,
+            "lower": lowered - exported,
+            "to_executorch": end - lowered,
+        },
         "peak_rss_mb": _peak_rss_mb(),
         "rss_before_lowering_mb": rss_before,
         "bytes": len(buffer),
@@ -251,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         help="lowerings per variant, alternating xnnfold and hand; medians are reported",
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("scale_results.md"))
-    parser.add_argument("--child", nargs=3, metavar=("MODEL", "VARIANT", "DIR"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=3, metavar=("MODEL", "VARIANT", "DIR"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.child:
         child(args.child[0], args.child[1], Path(args.child[2]))
@@ -265,7 +278,11 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(args.lowerings):
                 # Alternated, so a change in the machine's load falls on both variants.
                 for variant in VARIANTS if i % 2 == 0 else VARIANTS[::-1]:
-                    print(f"lowering {name} ({variant}, {i + 1}/{args.lowerings}) ...", file=sys.stderr, flush=True)
+                    print(
+                        f"lowering {name} ({variant}, {i + 1}/{args.lowerings}) ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     subprocess.run(
                         [sys.executable, __file__, "--child", name, variant, str(out)],
                         check=True,
@@ -284,7 +301,9 @@ def main(argv: list[str] | None = None) -> int:
                         for phase in results[0]["phases"]
                     },
                 }
-                assert len({r["bytes"] for r in results}) == 1, f"{name} {variant}: .pte size varies"
+                assert len({r["bytes"] for r in results}) == 1, (
+                    f"{name} {variant}: .pte size varies"
+                )
             for variant, timing in _latency(name, out, args.runs).items():
                 measured[variant].update(timing)
             rows.append((name, measured))

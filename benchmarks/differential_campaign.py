@@ -29,18 +29,19 @@ from typing import Final, Optional
 ROOT: Final = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # `tests` is a package of the repository, not installed
 
+import logging  # noqa: E402
+import warnings  # noqa: E402
+
+from xnnfold.fixtures._grammar import generate_program, GenOptions, program_kinds  # noqa: E402
+
 from tests.end_to_end.test_differential import (  # noqa: E402
+    check_program,
     ORACLE_NAMES,
     ORACLES,
     Outcome,
-    check_program,
     reproducer,
     shrink,
 )
-from xnnfold.fixtures._grammar import GenOptions, generate_program, program_kinds  # noqa: E402
-
-import logging  # noqa: E402
-import warnings  # noqa: E402
 
 # Generated programs decline GEMMs on purpose: their WARNINGs are not findings.
 logging.getLogger("xnnfold").setLevel(logging.ERROR)
@@ -62,17 +63,28 @@ def _upstream(message: str) -> bool:
     return "(upstream: stock as wrong)" in message
 
 
-def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps: int,
-        progress: bool, time_budget: Optional[float] = None,
-        long_chain_weight: Optional[float] = None,
-        only: Optional[list[int]] = None) -> int:
+def run(
+    models: int,
+    seed: int,
+    out: Path,
+    shrink_attempts: int,
+    max_chain_steps: int,
+    progress: bool,
+    time_budget: Optional[float] = None,
+    long_chain_weight: Optional[float] = None,
+    only: Optional[list[int]] = None,
+) -> int:
     options = GenOptions(max_chain_steps=max_chain_steps)
     if long_chain_weight is not None:
         # The stock lowering of a chain of thousands of nodes takes minutes here: a
         # campaign with a time budget draws fewer of them.
-        options = replace(options, scenarios=tuple(
-            (name, long_chain_weight if name == "long_chain" else weight)
-            for name, weight in options.scenarios))
+        options = replace(
+            options,
+            scenarios=tuple(
+                (name, long_chain_weight if name == "long_chain" else weight)
+                for name, weight in options.scenarios
+            ),
+        )
     start = time.perf_counter()
     failed_by_oracle: collections.Counter[str] = collections.Counter()
     upstream_by_oracle: collections.Counter[str] = collections.Counter()
@@ -83,12 +95,12 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
     also: collections.Counter[str] = collections.Counter()
     seconds: list[float] = []
     ran = failing_programs = 0
-    for i in (range(models) if only is None else [k - 1 for k in only]):
+    for i in range(models) if only is None else [k - 1 for k in only]:
         if time_budget is not None and time.perf_counter() - start > time_budget:
             break  # the report says how many ran
         try:
             program = generate_program(seed * 1_000_003 + i, options)
-        except Exception as exc:  # noqa: BLE001 - a generator bug must not end the campaign
+        except Exception as exc:
             notes[f"generator error: {type(exc).__name__}: {str(exc)[:80]}"] += 1
             continue
         outcome = check_program(program)
@@ -113,18 +125,25 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
             else:
                 first_of[key] = (outcome, failure.oracle)
         if progress:
-            print(f"[{i + 1}/{models}] {program.scenario:10s} {outcome.seconds:6.1f}s "
-                  f"{''.join(sorted(outcome.failed)) or 'ok'}", file=sys.stderr, flush=True)
+            print(
+                f"[{i + 1}/{models}] {program.scenario:10s} {outcome.seconds:6.1f}s "
+                f"{''.join(sorted(outcome.failed)) or 'ok'}",
+                file=sys.stderr,
+                flush=True,
+            )
     run_seconds = time.perf_counter() - start
 
     sections = []
     for key, (outcome, oracle) in first_of.items():
         small, small_outcome = shrink(outcome.program, oracle, attempts=shrink_attempts)
-        shown = next((f for f in small_outcome.failures if f.oracle == oracle),
-                     next(f for f in outcome.failures if f.oracle == oracle))
+        shown = next(
+            (f for f in small_outcome.failures if f.oracle == oracle),
+            next(f for f in outcome.failures if f.oracle == oracle),
+        )
         sections.append(
             f"### {key}\n\nseen on {also[key] + 1} program(s); first: seed "
-            f"{outcome.program.seed}\n\n```python\n{reproducer(small, shown)}\n```\n")
+            f"{outcome.program.seed}\n\n```python\n{reproducer(small, shown)}\n```\n"
+        )
     wall = time.perf_counter() - start
 
     lines = [
@@ -137,12 +156,17 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
         + (f" --only {' '.join(map(str, only))}" if only is not None else "")
         + "`",
         "",
-        (f"- programs run: {ran} of {models}"
-         + (" (stopped by the time budget)" if ran < models else ""))
-        if only is None else f"- programs re-checked: {ran} ({' '.join(map(str, only))})",
+        (
+            f"- programs run: {ran} of {models}"
+            + (" (stopped by the time budget)" if ran < models else "")
+        )
+        if only is None
+        else f"- programs re-checked: {ran} ({' '.join(map(str, only))})",
         f"- wall time: {wall:.0f} s ({run_seconds:.0f} s checking, {wall - run_seconds:.0f} s "
         f"shrinking); per program: median {sorted(seconds)[len(seconds) // 2]:.1f} s, "
-        f"max {max(seconds):.1f} s" if seconds else "- wall time: 0 s",
+        f"max {max(seconds):.1f} s"
+        if seconds
+        else "- wall time: 0 s",
         f"- programs failing at least one oracle: {failing_programs}; distinct failures: "
         f"{len(first_of)}",
         "",
@@ -150,10 +174,17 @@ def run(models: int, seed: int, out: Path, shrink_attempts: int, max_chain_steps
         "|---|---|---|---|",
     ]
     for oracle in ORACLES:
-        lines.append(f"| {oracle} | {ORACLE_NAMES[oracle]} | {failed_by_oracle[oracle]} | "
-                     f"{upstream_by_oracle[oracle]} |")
-    lines += ["", "## Per kind", "", "| label | programs | failing (a) | (b) | (c) | (d) |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {oracle} | {ORACLE_NAMES[oracle]} | {failed_by_oracle[oracle]} | "
+            f"{upstream_by_oracle[oracle]} |"
+        )
+    lines += [
+        "",
+        "## Per kind",
+        "",
+        "| label | programs | failing (a) | (b) | (c) | (d) |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, count in sorted(kinds.items()):
         cells = " | ".join(str(failing_kinds[f"{o} {label}"]) for o in ORACLES)
         lines.append(f"| {label} | {count} | {cells} |")
@@ -173,16 +204,37 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--shrink-attempts", type=int, default=DEFAULT_SHRINK_ATTEMPTS)
     parser.add_argument("--max-chain-steps", type=int, default=GenOptions().max_chain_steps)
     parser.add_argument("--quiet", action="store_true", help="no per-program progress on stderr")
-    parser.add_argument("--time-budget", type=float, default=None,
-                        help="stop drawing programs after this many seconds (the report "
-                        "says how many ran)")
-    parser.add_argument("--long-chain-weight", type=float, default=None,
-                        help="weight of the long-chain scenario (default: the generator's)")
-    parser.add_argument("--only", type=int, nargs="+", default=None,
-                        help="re-check only these program numbers (1-based, as printed)")
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        help="stop drawing programs after this many seconds (the report says how many ran)",
+    )
+    parser.add_argument(
+        "--long-chain-weight",
+        type=float,
+        default=None,
+        help="weight of the long-chain scenario (default: the generator's)",
+    )
+    parser.add_argument(
+        "--only",
+        type=int,
+        nargs="+",
+        default=None,
+        help="re-check only these program numbers (1-based, as printed)",
+    )
     args = parser.parse_args(argv)
-    return run(args.models, args.seed, args.out, args.shrink_attempts, args.max_chain_steps,
-               not args.quiet, args.time_budget, args.long_chain_weight, args.only)
+    return run(
+        args.models,
+        args.seed,
+        args.out,
+        args.shrink_attempts,
+        args.max_chain_steps,
+        not args.quiet,
+        args.time_budget,
+        args.long_chain_weight,
+        args.only,
+    )
 
 
 if __name__ == "__main__":

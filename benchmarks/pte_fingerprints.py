@@ -33,7 +33,7 @@ VARIANTS = ("xnnfold", "stock", "hand")
 
 
 def _fixtures() -> dict[str, Any]:
-    from xnnfold.fixtures import FIXTURES, LAYERS, NORMS, layer_fixture
+    from xnnfold.fixtures import FIXTURES, layer_fixture, LAYERS, NORMS
 
     found: dict[str, Any] = dict(FIXTURES)
     for norm in NORMS:

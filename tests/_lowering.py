@@ -14,7 +14,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 
 import xnnfold
-from xnnfold.fixtures import FIXTURES, Fixture, layer_fixture
+from xnnfold.fixtures import Fixture, FIXTURES, layer_fixture
 
 
 @dataclass
@@ -24,14 +24,18 @@ class Lowered:
     summary: xnnfold.ProgramSummary
 
 
-def lower_stock(model: torch.nn.Module, inputs: tuple[Any, ...], dynamic_shapes: Optional[Any] = None) -> Lowered:
+def lower_stock(
+    model: torch.nn.Module, inputs: tuple[Any, ...], dynamic_shapes: Optional[Any] = None
+) -> Lowered:
     ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
     edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
     summary = xnnfold.summarize(edge)
     return Lowered(edge, edge.to_executorch().buffer, summary)
 
 
-def lower_folding(model: torch.nn.Module, inputs: tuple[Any, ...], dynamic_shapes: Optional[Any] = None) -> Lowered:
+def lower_folding(
+    model: torch.nn.Module, inputs: tuple[Any, ...], dynamic_shapes: Optional[Any] = None
+) -> Lowered:
     edge = xnnfold.lower(model, inputs, dynamic_shapes=dynamic_shapes)
     summary = xnnfold.summarize(edge)
     return Lowered(edge, edge.to_executorch().buffer, summary)
@@ -44,19 +48,19 @@ def fixture_by_name(name: str) -> Fixture:
     return layer_fixture(norm, layer)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lowered_folding(name: str) -> Lowered:
     fixture = fixture_by_name(name)
     return lower_folding(fixture.model(), fixture.inputs())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lowered_hand_folded(name: str) -> Lowered:
     fixture = fixture_by_name(name)
     return lower_stock(fixture.hand_folded(), fixture.inputs())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lowered_dynamic(name: str) -> Lowered:
     fixture = fixture_by_name(name)
     assert fixture.dynamic_shapes is not None

@@ -64,7 +64,9 @@ def tier_of(item: pytest.Item) -> str:
     return TIERS[max(needed, default=0)]
 
 
-def split_by_tier(items: list[pytest.Item], tier: str) -> tuple[list[pytest.Item], list[pytest.Item]]:
+def split_by_tier(
+    items: list[pytest.Item], tier: str
+) -> tuple[list[pytest.Item], list[pytest.Item]]:
     """``items`` that ``tier`` runs, and those it leaves to a higher tier."""
     limit = TIERS.index(tier)
     kept = [item for item in items if TIERS.index(tier_of(item)) <= limit]
@@ -98,7 +100,9 @@ def pytest_report_header(config: pytest.Config) -> str:
 SNIPPET_TEST_PREFIX = "tests/docs/test_snippets.py::test_snippet_runs"
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
     left_out = config.stash.get(_LEFT_OUT, 0)
     if left_out:
         terminalreporter.write_line(

@@ -143,9 +143,8 @@ def _compare_outputs(
 
 
 def _gemm_line(row: GemmRow) -> str:
-    return (
-        f"{row.node} ({row.op}) in module '{row.module}': {row.reason or 'no reason'}"
-        + (f" [{row.code}]" if row.code else "")
+    return f"{row.node} ({row.op}) in module '{row.module}': {row.reason or 'no reason'}" + (
+        f" [{row.code}]" if row.code else ""
     )
 
 
@@ -174,8 +173,7 @@ def _failure_message(
         lines.append("the .pte differs from eager (run through executorch.runtime):")
         lines.extend(f"  {m}" for m in mismatches)
     lines.append(
-        f"delegates: {summary.delegates}; ops outside delegates: "
-        f"{summary.outside_ops_text()}"
+        f"delegates: {summary.delegates}; ops outside delegates: {summary.outside_ops_text()}"
     )
     lines.append("")
     lines.append(report.table())
@@ -292,7 +290,5 @@ def assert_fully_delegated(
         max_error, mismatches = _compare_outputs(actual, expected, atol=atol, rtol=rtol)
 
     if report.outside or mismatches or (all_ops and summary.outside_ops):
-        raise AssertionError(
-            _failure_message(model, report, summary, mismatches, all_ops=all_ops)
-        )
+        raise AssertionError(_failure_message(model, report, summary, mismatches, all_ops=all_ops))
     return DelegationCheck(edge, program, report, summary, max_error)

@@ -120,9 +120,7 @@ def _load(path: Path) -> ModuleType:
     return module
 
 
-def _assert_pte_matches_eager(
-    pte: Path, models_file: Path, factory: str, length: int
-) -> None:
+def _assert_pte_matches_eager(pte: Path, models_file: Path, factory: str, length: int) -> None:
     model, (x,), *_ = getattr(_load(models_file), factory)()
     x = torch.randn(1, 8, length)
     (out,) = xnnfold.run_pte(pte.read_bytes(), (x,))
@@ -157,15 +155,11 @@ def test_puts_a_training_mode_model_in_eval_mode(
 
 def test_leaves_sys_path_as_it_was(models: str, tmp_path: Path) -> None:
     before = list(sys.path)
-    assert (
-        main(["export", f"{models}:returns_module", "-o", str(tmp_path / "m.pte")]) == 2
-    )
+    assert main(["export", f"{models}:returns_module", "-o", str(tmp_path / "m.pte")]) == 2
     assert sys.path == before
 
 
-def test_subprocess_file_path_with_dynamic_shapes_and_check(
-    models: str, tmp_path: Path
-) -> None:
+def test_subprocess_file_path_with_dynamic_shapes_and_check(models: str, tmp_path: Path) -> None:
     pte = tmp_path / "out" / "dynamic.pte"
     pte.parent.mkdir()
     models_file = tmp_path / f"{models}.py"
@@ -186,9 +180,7 @@ def test_subprocess_file_path_with_dynamic_shapes_and_check(
         timeout=300,
     )
     assert result.returncode == 0, result.stderr
-    assert (
-        "1 GEMMs: 1 delegated (1 with folded weights), 0 on portable" in result.stdout
-    )
+    assert "1 GEMMs: 1 delegated (1 with folded weights), 0 on portable" in result.stdout
     for length in (7, 32, 100):
         _assert_pte_matches_eager(pte, models_file, "dynamic", length)
 
@@ -266,9 +258,7 @@ def test_user_error_shows_the_users_traceback(
 
     err = capsys.readouterr().err
     assert code == 2
-    first_frame = err.split("Traceback (most recent call last):\n", 1)[1].splitlines()[
-        0
-    ]
+    first_frame = err.split("Traceback (most recent call last):\n", 1)[1].splitlines()[0]
     assert f"{models}.py" in first_frame
     assert err.rstrip().endswith(
         f"calling '{models}:raises' raised ValueError: checkpoint not found"

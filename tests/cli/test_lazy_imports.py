@@ -35,7 +35,7 @@ def build() -> torch.nn.Module:
 )
 def test_public_name_imports(package: str, name: str) -> None:
     namespace: dict[str, object] = {}
-    exec(f"from {package} import {name}", namespace)  # noqa: S102 - the statement under test
+    exec(f"from {package} import {name}", namespace)
     assert namespace[name] is getattr(importlib.import_module(package), name)
 
 
@@ -56,7 +56,9 @@ runpy.run_module("xnnfold", run_name="__main__", alter_sys=True)
 """
 
 
-def _imported_modules(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def _imported_modules(
+    args: list[str], cwd: Path
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run ``python -m xnnfold ARGS``; its result and every module loaded when it exits."""
     result = subprocess.run(
         [sys.executable, "-c", _PROBE, *args],
@@ -74,9 +76,7 @@ def _heavy(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if m.split(".")[0] in _HEAVY)
 
 
-@pytest.mark.parametrize(
-    "args", [["--help"], ["codemod", "--help"]], ids=["xnnfold", "codemod"]
-)
+@pytest.mark.parametrize("args", [["--help"], ["codemod", "--help"]], ids=["xnnfold", "codemod"])
 def test_help_does_not_import_torch(args: list[str], tmp_path: Path) -> None:
     result, modules = _imported_modules(args, tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -131,8 +131,11 @@ print("EXIT", main(["demo"]))
 
 def test_a_lowering_name_without_torch_says_which_install_it_needs(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_TORCH + _LOWERING_NAME], capture_output=True,
-        text=True, cwd=tmp_path, timeout=300,
+        [sys.executable, "-c", _WITHOUT_TORCH + _LOWERING_NAME],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "NAME torch" in result.stdout
@@ -142,8 +145,11 @@ def test_a_lowering_name_without_torch_says_which_install_it_needs(tmp_path: Pat
 
 def test_a_lowering_command_without_torch_says_which_install_it_needs(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_TORCH + _DEMO_COMMAND], capture_output=True,
-        text=True, cwd=tmp_path, timeout=300,
+        [sys.executable, "-c", _WITHOUT_TORCH + _DEMO_COMMAND],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
     )
     assert "EXIT 2" in result.stdout, result.stderr[-2000:]
     assert "xnnfold demo: needs torch, which is not installed" in result.stderr
@@ -176,9 +182,7 @@ def test_lazy_table_type_checking_imports_and_all_agree(path: str) -> None:
             for item in node.body:
                 if isinstance(item, ast.ImportFrom) and item.module:
                     typed.update((a.asname or a.name, item.module) for a in item.names)
-        targets = (
-            [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        )
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
         names = [t.id for t in targets if isinstance(t, ast.Name)]
         if "_LAZY" in names:
             lazy = ast.literal_eval(node.value)  # type: ignore[arg-type]

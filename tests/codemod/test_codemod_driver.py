@@ -21,9 +21,9 @@ from typing import Callable
 import libcst
 import pytest
 
-from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 from xnnfold.cli import main as cli_main
 from xnnfold.cli._codemod import main
+from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
 from xnnfold.rewriter.codemod._driver import run_codemod, trigger_pattern
 
 OLD = b"legacy_wn("
@@ -88,7 +88,11 @@ SOURCES: dict[str, bytes] = {
 BROKEN = ("pkg/broken.py", "pkg/py2.py", "pkg/not_utf8.py")
 PRUNED = ("pkg/.hidden/h.py", "pkg/build/b.py", "pkg/__pycache__/c.py", "pkg/myenv/lib/v.py")
 REWRITTEN = (
-    "pkg/site.py", "pkg/crlf.py", "pkg/tabs.py", "pkg/latin1.py", "pkg/newer.py",
+    "pkg/site.py",
+    "pkg/crlf.py",
+    "pkg/tabs.py",
+    "pkg/latin1.py",
+    "pkg/newer.py",
     "pkg/no_newline.py",
 )
 
@@ -161,7 +165,9 @@ def test_notebook_is_skipped_with_a_note(tree: Path) -> None:
         ("pkg/linkdir", ["symlink to directory", "outside the scanned paths"]),
     ],
 )
-def test_symlinks_in_a_walk_are_skipped_with_their_reason(tree: Path, link: str, words: list[str]) -> None:
+def test_symlinks_in_a_walk_are_skipped_with_their_reason(
+    tree: Path, link: str, words: list[str]
+) -> None:
     summary = run_codemod(["pkg"], transform=fake_transform)
     reasons = {s.path: s.reason for s in summary.skipped}
     assert all(word in reasons[link] for word in words), reasons[link]
@@ -178,7 +184,9 @@ def test_symlinked_targets_are_edited_once_or_not_at_all(tree: Path) -> None:
 def test_explicit_symlink_argument_rewrites_its_target_and_keeps_the_link(tree: Path) -> None:
     run_codemod(["pkg/link_out.py"], transform=fake_transform)
     assert (tree / "pkg/link_out.py").is_symlink()
-    assert (tree / "outside/target.py").read_bytes() == SOURCES["outside/target.py"].replace(OLD, NEW)
+    assert (tree / "outside/target.py").read_bytes() == SOURCES["outside/target.py"].replace(
+        OLD, NEW
+    )
 
 
 def test_same_file_through_two_arguments_is_processed_once(tree: Path) -> None:
@@ -236,7 +244,9 @@ def test_write_mode_rewrites_exactly_the_sites(tree: Path) -> None:
         assert (tree / name).read_bytes() == SOURCES[name].replace(OLD, NEW)
 
 
-@pytest.mark.parametrize("name", ["pkg/crlf.py", "pkg/latin1.py", "pkg/tabs.py", "pkg/no_newline.py"])
+@pytest.mark.parametrize(
+    "name", ["pkg/crlf.py", "pkg/latin1.py", "pkg/tabs.py", "pkg/no_newline.py"]
+)
 def test_rewrite_keeps_line_endings_encoding_and_indentation(tree: Path, name: str) -> None:
     run_codemod([name], transform=fake_transform)
     data = (tree / name).read_bytes()
@@ -271,7 +281,9 @@ def test_atomic_write_keeps_mode_and_leaves_no_temp_files(tree: Path) -> None:
     assert stat.S_IMODE((tree / "pkg/site.py").stat().st_mode) == 0o754
 
 
-def test_failed_write_leaves_file_and_no_temp_file(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_write_leaves_file_and_no_temp_file(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def refuse(src: str, dst: str) -> None:
         raise PermissionError(13, "Permission denied")
 
@@ -293,7 +305,9 @@ def test_non_write_modes_write_nothing(tree: Path, mode: str) -> None:
     assert snapshot(tree) == before
 
 
-def test_diff_shows_crlf_and_the_declared_encoding(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_shows_crlf_and_the_declared_encoding(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_cli(["--diff", "pkg/crlf.py", "pkg/latin1.py"])
     out = capsys.readouterr().out
     assert "-conv = legacy_wn(torch.nn.Conv1d(2, 2, 3))\r\n" in out
@@ -311,16 +325,19 @@ def test_diff_applies_with_patch(tree: Path, capsys: pytest.CaptureFixture[str])
             assert (tree / name).read_bytes() == SOURCES[name].replace(OLD, NEW)
 
 
-def test_report_prints_findings_like_a_linter(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_report_prints_findings_like_a_linter(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert run_cli(["--report", "pkg/site.py", "pkg/tabs.py"]) == 0
     out = capsys.readouterr().out
     assert out == (
-        "pkg/site.py:3:8: XF001 legacy weight_norm\n"
-        "pkg/tabs.py:3:12: XF001 legacy weight_norm\n"
+        "pkg/site.py:3:8: XF001 legacy weight_norm\npkg/tabs.py:3:12: XF001 legacy weight_norm\n"
     )
 
 
-def test_summary_goes_to_stderr_with_skip_reasons(tree: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_summary_goes_to_stderr_with_skip_reasons(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_cli(["--report", "pkg"])
     err = capsys.readouterr().err
     assert f"{len(REWRITTEN) + 4} files scanned, {len(REWRITTEN)} would change" in err
@@ -351,11 +368,19 @@ def test_json_output_parses(tree: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert data["summary"]["would_rewrite"] == len(REWRITTEN)
     assert sorted(data["would_rewrite"]) == sorted(REWRITTEN)
     assert {f["path"] for f in data["failed"]} == set(BROKEN)
-    assert {"path": "pkg/site.py", "line": 3, "col": 8, "code": "XF001",
-            "message": "legacy weight_norm", "rewritten": True} in data["findings"]
+    assert {
+        "path": "pkg/site.py",
+        "line": 3,
+        "col": 8,
+        "code": "XF001",
+        "message": "legacy weight_norm",
+        "rewritten": True,
+    } in data["findings"]
 
 
-def test_parallel_jobs_give_the_same_result(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_parallel_jobs_give_the_same_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     outputs = []
     for jobs in (1, 2):
         root = tmp_path / f"j{jobs}"
@@ -375,7 +400,9 @@ def test_parallel_jobs_give_the_same_result(tmp_path: Path, monkeypatch: pytest.
 
 def test_progress_bar_when_asked(tree: Path) -> None:
     stream = io.StringIO()
-    run_codemod(["pkg"], transform=fake_transform, mode="report", progress=True, progress_stream=stream)
+    run_codemod(
+        ["pkg"], transform=fake_transform, mode="report", progress=True, progress_stream=stream
+    )
     assert stream.getvalue().rstrip().endswith(f"{len(REWRITTEN) + 4}/{len(REWRITTEN) + 4} files")
 
 
@@ -395,8 +422,9 @@ def test_no_progress_bar_off_a_tty(tree: Path) -> None:
         (["--force"], CodemodOptions(force=True)),
     ],
 )
-def test_flags_map_to_options(tree: Path, capsys: pytest.CaptureFixture[str], flags: list[str],
-                              expected: CodemodOptions) -> None:
+def test_flags_map_to_options(
+    tree: Path, capsys: pytest.CaptureFixture[str], flags: list[str], expected: CodemodOptions
+) -> None:
     run_cli(["--report", *flags, "pkg/plain.py"], transform=options_transform)
     assert capsys.readouterr().out == f"pkg/plain.py:1:1: XF003 {expected!r}\n"
 
@@ -426,7 +454,9 @@ def test_xnnfold_help_lists_codemod(capsys: pytest.CaptureFixture[str]) -> None:
     assert "codemod" in capsys.readouterr().out
 
 
-def test_codemod_help_names_the_pruned_dirs_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+def test_codemod_help_names_the_pruned_dirs_and_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit):
         cli_main(["codemod", "--help"])
     out = capsys.readouterr().out
@@ -448,9 +478,15 @@ def test_prefilter_keeps_findings_and_skips_parsing(tree: Path) -> None:
 def test_prefilter_still_reports_unparseable_files(tree: Path) -> None:
     (tree / "pkg/broken_plain.py").write_bytes(b"def f(:\n")
     (tree / "pkg/newer_plain.py").write_bytes(b"type Alias = int\n")
-    summary = run_codemod(["pkg/broken_plain.py", "pkg/newer_plain.py"], transform=fake_transform,
-                          prefilter=FAKE_TRIGGER)
-    assert by_path(summary) == {"pkg/broken_plain.py": "unparseable", "pkg/newer_plain.py": "unchanged"}
+    summary = run_codemod(
+        ["pkg/broken_plain.py", "pkg/newer_plain.py"],
+        transform=fake_transform,
+        prefilter=FAKE_TRIGGER,
+    )
+    assert by_path(summary) == {
+        "pkg/broken_plain.py": "unparseable",
+        "pkg/newer_plain.py": "unchanged",
+    }
 
 
 def _rule_names() -> list[str]:
@@ -462,8 +498,13 @@ def _rule_names() -> list[str]:
     from xnnfold.rewriter.codemod import _rules as rules
 
     return [
-        *rules._LEGACY, *rules._PARAMETRIZATION_CODES, *rules._GEMMS, *rules._TORCH_EXPORT,
-        rules._LOWER, rules._STOCK_PARTITIONER, *rules._LEGACY_KEYS,
+        *rules._LEGACY,
+        *rules._PARAMETRIZATION_CODES,
+        *rules._GEMMS,
+        *rules._TORCH_EXPORT,
+        rules._LOWER,
+        rules._STOCK_PARTITIONER,
+        *rules._LEGACY_KEYS,
         "x.state_dict",  # XNF403: loaders iterating over owner.state_dict()
     ]
 
@@ -603,7 +644,9 @@ def test_json_report_says_would(
     Path("m.py").write_bytes(WIRED)
     main(["--report", "--format", "json", "m.py"])
     messages = [f["message"] for f in json.loads(capsys.readouterr().out)["findings"]]
-    assert any(m.endswith("would migrate to torch.nn.utils.parametrizations.weight_norm") for m in messages)
+    assert any(
+        m.endswith("would migrate to torch.nn.utils.parametrizations.weight_norm") for m in messages
+    )
 
 
 def test_a_failed_write_reports_what_would_have_happened(

@@ -17,7 +17,7 @@ from xnnfold.rewriter import transform_source
 from xnnfold.rewriter.codemod._driver import run_codemod
 
 # The rule fixtures and their per-file options, as the rule tests read them.
-from tests.codemod.test_codemod_rules import FIXTURES, INPUTS, _options
+from tests.codemod.test_codemod_rules import _options, FIXTURES, INPUTS
 
 
 def _id(path: Path) -> str:
@@ -25,7 +25,9 @@ def _id(path: Path) -> str:
 
 
 def test_fixtures_include_rewrites_and_non_rewrites() -> None:
-    pending = [transform_source(p.read_bytes(), options=_options(p.read_bytes())).pending for p in INPUTS]
+    pending = [
+        transform_source(p.read_bytes(), options=_options(p.read_bytes())).pending for p in INPUTS
+    ]
     assert any(pending) and not all(pending)
 
 

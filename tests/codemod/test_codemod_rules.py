@@ -97,7 +97,9 @@ def test_idempotent(path: Path) -> None:
     """A second run over the rewritten file changes nothing."""
     out = _sibling(path, ".out.py")
     target = out if out.exists() else path
-    assert transform_source(target.read_bytes(), options=_options(path.read_bytes())).new_code is None
+    assert (
+        transform_source(target.read_bytes(), options=_options(path.read_bytes())).new_code is None
+    )
 
 
 @pytest.mark.parametrize("path", [p for p in INPUTS if _sibling(p, ".out.py").exists()], ids=_id)
@@ -125,7 +127,7 @@ RULE_CODES = {
 
 
 def test_rule_directories_are_known() -> None:
-    assert RULES == sorted(RULE_CODES)
+    assert sorted(RULE_CODES) == RULES
 
 
 @pytest.mark.parametrize("rule", sorted(RULE_CODES))
@@ -142,7 +144,9 @@ def test_every_rule_has_its_cases(rule: str) -> None:
 
 
 def test_unrelated_file_is_unchanged_and_silent() -> None:
-    outcome = transform_source(b"import os\n\n\ndef f(x):\n    return os.path.join(x)\n", options=CodemodOptions())
+    outcome = transform_source(
+        b"import os\n\n\ndef f(x):\n    return os.path.join(x)\n", options=CodemodOptions()
+    )
     assert outcome == FileOutcome(findings=(), new_code=None)
 
 
@@ -363,7 +367,9 @@ def test_libcst_tool_runs_the_command(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     expected = (FIXTURES / "legacy_weight_norm" / "hifigan.out.py").read_bytes()
     assert (tmp_path / "model.py").read_bytes() == expected
-    assert (tmp_path / "keys.py").read_bytes() == (FIXTURES / "legacy_keys" / "strings.in.py").read_bytes()
+    assert (tmp_path / "keys.py").read_bytes() == (
+        FIXTURES / "legacy_keys" / "strings.in.py"
+    ).read_bytes()
     assert "XNF101 legacy torch.nn.utils.weight_norm: migrated" in result.stderr
     assert "XNF402 attribute .weight_g" in result.stderr
 

@@ -20,13 +20,14 @@ import torch
 from torch.nn.utils import parametrize
 
 import xnnfold
-from tests._lowering import Lowered, lower_stock, lowered_hand_folded
 from xnnfold.fixtures import FIXTURES
 from xnnfold.fixtures._architectures import (
-    ARCHITECTURES,
     ArchitectureFixture,
+    ARCHITECTURES,
     ComputedWeightModule,
 )
+
+from tests._lowering import lower_stock, Lowered, lowered_hand_folded
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
@@ -43,7 +44,7 @@ def _fixture(name: str) -> ArchitectureFixture:
     return fixture
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lowered_or_error(
     name: str,
 ) -> Union[tuple[Lowered, xnnfold.XnnpackFoldingPartitioner], Exception]:
@@ -53,7 +54,7 @@ def _lowered_or_error(
     partitioner = xnnfold.XnnpackFoldingPartitioner()
     try:
         edge = xnnfold.lower(fixture.model(), fixture.inputs(), partitioner=partitioner)
-    except Exception as error:  # noqa: BLE001 - re-raised by every caller
+    except Exception as error:
         return error
     return Lowered(edge, edge.to_executorch().buffer, xnnfold.summarize(edge)), partitioner
 
@@ -65,7 +66,7 @@ def _lowered(name: str) -> Lowered:
     return result[0]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lowered_stock(name: str) -> Lowered:
     fixture = _fixture(name)
     return lower_stock(fixture.model(), fixture.inputs())

@@ -33,7 +33,7 @@ import time
 import traceback
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Final, Iterator, Optional
+from typing import Any, Final, Iterator, Optional
 
 import pytest
 import torch
@@ -42,22 +42,22 @@ from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 
 import xnnfold
 from xnnfold.fixtures._grammar import (
+    build_program,
     Chain,
     DegenerateProgram,
-    Expr,
-    GenOptions,
-    Program,
-    Source,
-    Src,
-    build_program,
     expected_gemms,
+    Expr,
     expr_shape,
     expr_uses_cast,
     generate_program,
+    GenOptions,
+    Program,
     program_exprs,
     program_kinds,
     render_expr,
+    Source,
     sources_of,
+    Src,
     walk_exprs,
 )
 
@@ -88,7 +88,6 @@ ORACLE_NAMES: Final = {
     "c": "xnnfold .pte no larger than stock beyond the delegate overhead",
     "d": "foldable GEMMs are delegated with their computed roles folded",
 }
-
 
 
 @pytest.fixture(autouse=True)
@@ -127,7 +126,9 @@ def _short_error(stage: str, exc: BaseException) -> str:
     return f"{stage}: {type(exc).__name__}: {text[0][:300] if text else ''} (at {where})"
 
 
-def lower_program(program: Program, *, folding: bool, hand_folded: bool = False, run: bool = True) -> Lowered:
+def lower_program(
+    program: Program, *, folding: bool, hand_folded: bool = False, run: bool = True
+) -> Lowered:
     """Build, export, lower, emit and (with ``run``) execute every method.
 
     Errors are caught per stage: a lowering that fails is a result, not a crash."""
@@ -157,7 +158,7 @@ def lower_program(program: Program, *, folding: bool, hand_folded: bool = False,
                     for inputs in (built.inputs[name], *built.check_inputs[name])
                 ]
         result.stage = "done"
-    except BaseException as exc:  # noqa: BLE001 - RecursionError and friends are findings
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         result.error = _short_error(result.stage, exc)
@@ -169,7 +170,9 @@ def eager_outputs(program: Program) -> dict[str, list[torch.Tensor]]:
     out: dict[str, list[torch.Tensor]] = {}
     with torch.no_grad():
         for name, module in built.modules.items():
-            out[name] = [module(*inputs) for inputs in (built.inputs[name], *built.check_inputs[name])]
+            out[name] = [
+                module(*inputs) for inputs in (built.inputs[name], *built.check_inputs[name])
+            ]
     return out
 
 
@@ -217,21 +220,38 @@ def _check_outputs(program: Program, lowered: Lowered, stock: Lowered, outcome: 
         for k, expected in enumerate(expected_list):
             got = lowered.outputs[name][k]
             if len(got) != 1 or got[0].shape != expected.shape:
-                outcome.failures.append(Failure("a", (
-                    f"method {name!r} input set {k}: got {[tuple(g.shape) for g in got]}, "
-                    f"eager {tuple(expected.shape)}")))
+                outcome.failures.append(
+                    Failure(
+                        "a",
+                        (
+                            f"method {name!r} input set {k}: got {[tuple(g.shape) for g in got]}, "
+                            f"eager {tuple(expected.shape)}"
+                        ),
+                    )
+                )
                 continue
             scale = max(1.0, float(expected.abs().max()))
             err = float((got[0] - expected).abs().max())
             if not err <= tolerance * scale:
                 # Context, not an excuse: a stock program as wrong points upstream.
                 stock_err = _max_error(stock, name, k, expected)
-                context = "stock did not run" if stock_err is None else (
-                    f"stock error {stock_err:.3g}"
-                    + (" (upstream: stock as wrong)" if stock_err > tolerance * scale else ""))
-                outcome.failures.append(Failure("a", (
-                    f"method {name!r} input set {k}: max |pte - eager| = {err:.3g} > "
-                    f"{tolerance:g} * {scale:.3g}; {context}")))
+                context = (
+                    "stock did not run"
+                    if stock_err is None
+                    else (
+                        f"stock error {stock_err:.3g}"
+                        + (" (upstream: stock as wrong)" if stock_err > tolerance * scale else "")
+                    )
+                )
+                outcome.failures.append(
+                    Failure(
+                        "a",
+                        (
+                            f"method {name!r} input set {k}: max |pte - eager| = {err:.3g} > "
+                            f"{tolerance:g} * {scale:.3g}; {context}"
+                        ),
+                    )
+                )
 
 
 def _stock_is_right(program: Program, stock: Lowered) -> bool:
@@ -273,10 +293,16 @@ def _check_size(program: Program, ours: Lowered, stock: Lowered, outcome: Outcom
     allowance = DELEGATE_OVERHEAD_BYTES * extra + widened
     excess = len(ours.buffer) - len(stock.buffer)
     if excess > allowance:
-        outcome.failures.append(Failure("c", (
-            f".pte {len(ours.buffer)} bytes, stock {len(stock.buffer)} bytes: +{excess} > "
-            f"allowance {allowance} ({extra} GEMMs delegated beyond stock x "
-            f"{DELEGATE_OVERHEAD_BYTES} + {widened} widened)")))
+        outcome.failures.append(
+            Failure(
+                "c",
+                (
+                    f".pte {len(ours.buffer)} bytes, stock {len(stock.buffer)} bytes: +{excess} > "
+                    f"allowance {allowance} ({extra} GEMMs delegated beyond stock x "
+                    f"{DELEGATE_OVERHEAD_BYTES} + {widened} widened)"
+                ),
+            )
+        )
 
 
 def _check_folds(program: Program, ours: Lowered, outcome: Outcome) -> None:
@@ -293,9 +319,15 @@ def _check_folds(program: Program, ours: Lowered, outcome: Outcome) -> None:
         elif missing:
             r = missing[0]
             where = "delegated" if r.delegated else "on portable"
-            suspects.append((want, (
-                f"{want.method}.layers.{want.layer} ({r.op}): {where}, folded {r.folded}, "
-                f"want {want.computed} folded; reason: {r.reason}")))
+            suspects.append(
+                (
+                    want,
+                    (
+                        f"{want.method}.layers.{want.layer} ({r.op}): {where}, folded {r.folded}, "
+                        f"want {want.computed} folded; reason: {r.reason}"
+                    ),
+                )
+            )
     if not suspects:
         return
     # Only where XNNPACK takes the GEMM with static tensors: the hand-folded twin.
@@ -325,7 +357,9 @@ def check_program(program: Program, oracles: tuple[str, ...] = ORACLES) -> Outco
         outcome.notes.append(f"stock: {stock.error}")
     if ours.error:
         if "b" in oracles and stock.error is None:
-            outcome.failures.append(Failure("b", f"stock lowers and runs; xnnfold fails at {ours.error}"))
+            outcome.failures.append(
+                Failure("b", f"stock lowers and runs; xnnfold fails at {ours.error}")
+            )
         elif stock.error is not None:
             outcome.notes.append(f"xnnfold: {ours.error}")
     if ours.error is None or ours.stage == "run":
@@ -376,7 +410,7 @@ def _simpler_exprs(program: Program, expr: Expr) -> Iterator[tuple[Program, Expr
         try:
             if expr_shape(child, sources) == shape:
                 yield program, child
-        except Exception:  # noqa: BLE001 - a child of another shape: not a candidate
+        except Exception:
             continue
     if not isinstance(expr, Src):
         yield _fresh_source(program, shape)
@@ -385,7 +419,7 @@ def _simpler_exprs(program: Program, expr: Expr) -> Iterator[tuple[Program, Expr
 def _candidates(program: Program) -> Iterator[Program]:
     if len(program.methods) > 1:
         for m in range(len(program.methods)):
-            yield replace(program, methods=program.methods[:m] + program.methods[m + 1:])
+            yield replace(program, methods=program.methods[:m] + program.methods[m + 1 :])
     for m, method in enumerate(program.methods):
         methods = list(program.methods)
         for k in range(1, len(method.layers)):
@@ -450,17 +484,23 @@ def describe(program: Program) -> str:
     """Comment lines: what each method computes, for a reader of the reproducer."""
     lines = [f"# scenario {program.scenario}; kinds: {', '.join(program_kinds(program))}"]
     for method in program.methods:
-        lines.append(f"# method {method.name!r} ({method.kind}, batch {method.batch}"
-                     f"{' dynamic' if method.dynamic else ''}, in {method.in_ch}x{method.spatial})")
+        lines.append(
+            f"# method {method.name!r} ({method.kind}, batch {method.batch}"
+            f"{' dynamic' if method.dynamic else ''}, in {method.in_ch}x{method.spatial})"
+        )
         for i, layer in enumerate(method.layers):
             geo = ""
             if layer.kind.startswith("conv"):
-                geo = (f" k={layer.kernel} s={layer.stride} p={layer.padding} d={layer.dilation} "
-                       f"g={layer.groups} op={layer.output_padding}")
+                geo = (
+                    f" k={layer.kernel} s={layer.stride} p={layer.padding} d={layer.dilation} "
+                    f"g={layer.groups} op={layer.output_padding}"
+                )
             elif layer.kind == "addmm":
                 geo = f" alpha={layer.alpha} beta={layer.beta} bias={layer.bias_shape}"
-            lines.append(f"#   layers.{i}: {layer.kind} {layer.in_ch}->{layer.out_ch}{geo} act={layer.act}"
-                         f"{' (module call)' if layer.module else ''}")
+            lines.append(
+                f"#   layers.{i}: {layer.kind} {layer.in_ch}->{layer.out_ch}{geo} act={layer.act}"
+                f"{' (module call)' if layer.module else ''}"
+            )
             lines.append(f"#     weight = {render_expr(layer.weight)[:200]}")
             if layer.bias is not None:
                 lines.append(f"#     bias   = {render_expr(layer.bias)[:200]}")
@@ -473,16 +513,18 @@ def describe(program: Program) -> str:
 
 def reproducer(program: Program, failure: Failure) -> str:
     """A snippet to paste into a Python shell at the repository root."""
-    return "\n".join([
-        f"# oracle ({failure.oracle}) {ORACLE_NAMES[failure.oracle]}: {failure.message}",
-        describe(program),
-        "from xnnfold.fixtures._grammar import *",
-        "from tests.end_to_end.test_differential import check_program",
-        f"program = {program!r}",
-        "built = build_program(program)  # .modules / .inputs / .dynamic_shapes per method",
-        f"outcome = check_program(program)",
-        "print(outcome.failures, outcome.notes)",
-    ])
+    return "\n".join(
+        [
+            f"# oracle ({failure.oracle}) {ORACLE_NAMES[failure.oracle]}: {failure.message}",
+            describe(program),
+            "from xnnfold.fixtures._grammar import *",
+            "from tests.end_to_end.test_differential import check_program",
+            f"program = {program!r}",
+            "built = build_program(program)  # .modules / .inputs / .dynamic_shapes per method",
+            "outcome = check_program(program)",
+            "print(outcome.failures, outcome.notes)",
+        ]
+    )
 
 
 def failure_report(outcome: Outcome, *, attempts: int) -> str:
@@ -506,7 +548,8 @@ def test_generated_program_passes_the_oracles(index: int) -> None:
     if outcome.failures:
         pytest.fail(
             f"{len(outcome.failures)} oracle failure(s) on a generated program "
-            f"(notes: {outcome.notes}):\n\n" + failure_report(outcome, attempts=TEST_SHRINK_ATTEMPTS),
+            f"(notes: {outcome.notes}):\n\n"
+            + failure_report(outcome, attempts=TEST_SHRINK_ATTEMPTS),
             pytrace=False,
         )
 
@@ -535,7 +578,9 @@ def _quantized_programs(program: Program, *, folding: bool) -> dict[str, Any]:
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     built = build_program(program)
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)
+    )
     programs: dict[str, Any] = {}
     for name, module in built.modules.items():
         if folding:
@@ -563,12 +608,12 @@ def check_quantized(program: Program) -> Outcome:
         try:
             result.stage = "quantize"
             programs = _quantized_programs(program, folding=variant == "xnnfold")
-            references[variant] = {
-                n: ep.module()(*built.inputs[n]) for n, ep in programs.items()
-            }
+            references[variant] = {n: ep.module()(*built.inputs[n]) for n, ep in programs.items()}
             result.stage = "lower"
             partitioner = (
-                xnnfold.XnnpackFoldingPartitioner() if variant == "xnnfold" else XnnpackPartitioner()
+                xnnfold.XnnpackFoldingPartitioner()
+                if variant == "xnnfold"
+                else XnnpackPartitioner()
             )
             result.edge = to_edge_transform_and_lower(programs, partitioner=[partitioner])
             result.buffer = result.edge.to_executorch().buffer
@@ -577,7 +622,7 @@ def check_quantized(program: Program) -> Outcome:
                 loaded = xnnfold.LoadedProgram(result.buffer, name)
                 result.outputs[name] = [[t.clone() for t in loaded(list(built.inputs[name]))]]
             result.stage = "done"
-        except BaseException as exc:  # noqa: BLE001 - findings, not crashes
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             result.error = _short_error(result.stage, exc)
@@ -585,14 +630,20 @@ def check_quantized(program: Program) -> Outcome:
     stock, ours = results["stock"], results["xnnfold"]
     if ours.error is not None:
         if stock.error is None:
-            outcome.failures.append(Failure("b", f"quantized: stock lowers and runs; xnnfold fails at {ours.error}"))
+            outcome.failures.append(
+                Failure("b", f"quantized: stock lowers and runs; xnnfold fails at {ours.error}")
+            )
         else:
             outcome.notes.append(f"quantized: both fail; xnnfold at {ours.error}")
         return outcome
     for name, expected in references["xnnfold"].items():
         got = ours.outputs[name][0]
         scale = max(1.0, float(expected.abs().max()))
-        err = float((got[0] - expected).abs().max()) if got[0].shape == expected.shape else float("inf")
+        err = (
+            float((got[0] - expected).abs().max())
+            if got[0].shape == expected.shape
+            else float("inf")
+        )
         if not err <= QUANTIZED_TOLERANCE * scale:
             stock_err = (
                 float((stock.outputs[name][0][0] - references["stock"][name]).abs().max())
@@ -660,7 +711,7 @@ KNOWN_STRANDED_KEPT_OP: Final = "Program(seed=1000172000, scenario='multi', sour
 def test_a_gemm_with_kept_ops_folds_when_another_method_stores_its_source() -> None:
     from xnnfold.fixtures import _grammar
 
-    program = eval(KNOWN_STRANDED_KEPT_OP, vars(_grammar))  # noqa: S307 - our own repr
+    program = eval(KNOWN_STRANDED_KEPT_OP, vars(_grammar))
     outcome = check_program(program, ("b",))
     assert not outcome.failures, outcome.failures
 
@@ -675,7 +726,7 @@ KNOWN_NONE_TENSOR: Final = "Program(seed=2000215000, scenario='chain', sources=(
 def test_a_gemm_inside_a_bias_computation_folds_outermost_first() -> None:
     from xnnfold.fixtures import _grammar
 
-    program = eval(KNOWN_NONE_TENSOR, vars(_grammar))  # noqa: S307 - our own repr
+    program = eval(KNOWN_NONE_TENSOR, vars(_grammar))
     outcome = check_program(program, ("b",))
     assert not outcome.failures, outcome.failures
 
@@ -692,7 +743,7 @@ KNOWN_STORED_FOR_A_DECLINED_GEMM: Final = "Program(seed=3000123000, scenario='mu
 def test_a_declined_gemm_keeps_the_source_another_method_would_fold() -> None:
     from xnnfold.fixtures import _grammar
 
-    program = eval(KNOWN_STORED_FOR_A_DECLINED_GEMM, vars(_grammar))  # noqa: S307 - our own repr
+    program = eval(KNOWN_STORED_FOR_A_DECLINED_GEMM, vars(_grammar))
     outcome = check_program(program, ("a", "b", "c"))
     assert not outcome.failures, outcome.failures
 
@@ -707,7 +758,7 @@ KNOWN_SHARED_2D_KERNEL: Final = "Program(seed=3000244000, scenario='chain', sour
 def test_a_2d_kernel_a_non_convolution_shares_stays_on_portable() -> None:
     from xnnfold.fixtures import _grammar
 
-    program = eval(KNOWN_SHARED_2D_KERNEL, vars(_grammar))  # noqa: S307 - our own repr
+    program = eval(KNOWN_SHARED_2D_KERNEL, vars(_grammar))
     outcome = check_program(program, ("a", "b", "d"))
     assert not outcome.failures, outcome.failures
 
@@ -723,7 +774,7 @@ KNOWN_IDENTITY_PERMUTE: Final = "Program(seed=5000165000, scenario='addmm', sour
 def test_a_run_time_weight_behind_an_identity_permute_stays_on_portable() -> None:
     from xnnfold.fixtures import _grammar
 
-    program = eval(KNOWN_IDENTITY_PERMUTE, vars(_grammar))  # noqa: S307 - our own repr
+    program = eval(KNOWN_IDENTITY_PERMUTE, vars(_grammar))
     outcome = check_program(program)
     assert not outcome.failures, outcome.failures
 
@@ -740,7 +791,7 @@ KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE: Final = "Program(seed=7000163000, scena
 def test_a_gemm_whose_source_another_partition_holds_folds_instead_of_a_copy() -> None:
     from xnnfold.fixtures import _grammar
 
-    program = eval(KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE, vars(_grammar))  # noqa: S307 - our own repr
+    program = eval(KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE, vars(_grammar))
     outcome = check_program(program, ("a", "b", "c"))
     assert not outcome.failures, outcome.failures
 
@@ -755,7 +806,7 @@ KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS: Final = "Program(seed=11000149000, scenario=
 def test_the_fold_rule_counts_what_a_portable_gemm_reads_as_kept() -> None:
     from xnnfold.fixtures import _grammar
 
-    program = eval(KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS, vars(_grammar))  # noqa: S307 - our own repr
+    program = eval(KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS, vars(_grammar))
     assert [e.foldable for e in expected_gemms(program)] == [False, False]
     outcome = check_program(program)
     assert not outcome.failures, outcome.failures

@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import xnnfold
+from xnnfold.fixtures import LAYERS, NORMS, PretransposedMatmul
+
 from tests._lowering import (
     fixture_by_name,
     lower_stock,
@@ -18,7 +20,6 @@ from tests._lowering import (
     lowered_folding,
     lowered_hand_folded,
 )
-from xnnfold.fixtures import LAYERS, NORMS, PretransposedMatmul
 
 pytestmark = pytest.mark.runtime
 
@@ -113,7 +114,11 @@ def test_source_parameters_not_stored(name: str) -> None:
         assert data not in buffer, f"{key} ({len(data)} bytes) is stored in the .pte"
 
 
-DYNAMIC = [f"{norm}-{layer}" for norm in ("weight_norm_dim0", "spectral_norm", "legacy_weight_norm") for layer in ("conv1d", "conv_transpose1d", "linear")]
+DYNAMIC = [
+    f"{norm}-{layer}"
+    for norm in ("weight_norm_dim0", "spectral_norm", "legacy_weight_norm")
+    for layer in ("conv1d", "conv_transpose1d", "linear")
+]
 
 
 @pytest.mark.parametrize("name", _tiered(DYNAMIC))

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import xnnfold
-from tests._lowering import lower_folding, lower_stock
 from xnnfold.fixtures import FIXTURES
+
+from tests._lowering import lower_folding, lower_stock
 
 pytestmark = [pytest.mark.slow, pytest.mark.runtime]
 

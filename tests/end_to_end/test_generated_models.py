@@ -29,7 +29,8 @@ from typing import Any, Callable, Final, Optional
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import example, given, HealthCheck, note, settings, strategies as st
+from hypothesis import example, given, HealthCheck, note, settings
+from hypothesis import strategies as st
 from torch import nn
 from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
@@ -178,10 +179,10 @@ def layer_specs(draw: st.DrawFn, in_channels: int, spatial: tuple[int, ...]) -> 
         kernel = draw(st.sampled_from((1, 3, 5)))
         seen = _adapt(spatial, kind)
         grows = kind.startswith("conv_transpose")
-        stride = draw(
-            st.sampled_from((1, 2) if not grows or max(seen) * 2 <= MAX_EXTENT else (1,))
+        stride = draw(st.sampled_from((1, 2) if not grows or max(seen) * 2 <= MAX_EXTENT else (1,)))
+        groups = draw(
+            st.sampled_from([g for g in range(1, in_channels + 1) if in_channels % g == 0])
         )
-        groups = draw(st.sampled_from([g for g in range(1, in_channels + 1) if in_channels % g == 0]))
         out_channels = groups * draw(st.integers(1, max(1, 8 // groups)))
         if out_channels < 2:
             out_channels = 2 * groups
@@ -293,9 +294,7 @@ class GemmLayer(nn.Module):
         elif layer.weight == "shared":
             # Packed like an in_proj: chunk 0 is this GEMM's weight, chunk 1 the twin's.
             fan_in = math.prod(self.shape[1:])
-            self.packed = nn.Parameter(
-                torch.randn(2 * math.prod(self.shape)) / math.sqrt(fan_in)
-            )
+            self.packed = nn.Parameter(torch.randn(2 * math.prod(self.shape)) / math.sqrt(fan_in))
             self.twin = TwinGemm(layer)
         # Where the bias comes from, when the core module does not hold it.
         if self.core is None and layer.bias in ("plain", "scaled", "parametrized"):
@@ -387,9 +386,7 @@ class TwinGemm(nn.Module):
         super().__init__()
         self.spec = layer
 
-    def forward(
-        self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
         return gemm(self.spec, x, w, b)
 
 
@@ -443,7 +440,11 @@ def reproduction(spec: ModelSpec) -> str:
         shape = weight_shape(layer, channels)
         call = "module call" if _calls_module(layer) else "functional call"
         extra = f" rank={layer.rank}" if layer.rank else ""
-        extra += " (+ a twin GEMM on the packed parameter's other chunk)" if layer.weight == "shared" else ""
+        extra += (
+            " (+ a twin GEMM on the packed parameter's other chunk)"
+            if layer.weight == "shared"
+            else ""
+        )
         lines.append(
             f"# layers.{i}: {layer.kind} {channels}->{layer.out_channels} ({call}), "
             f"weight {list(shape)} = {layer.weight}{extra}, bias = {layer.bias}"
@@ -554,24 +555,36 @@ L = LayerSpec
 # Together these cover every layer kind, weight way and bias way at least once, whatever
 # the random examples draw; the last two sit on either side of the size rule.
 COVERING_EXAMPLES: Final = (
-    ModelSpec(3, (5,), (
-        L("conv1d", 6, 3, 1, 3, "legacy_weight_norm", "parametrized"),
-        L("conv_transpose2d", 4, 3, 2, 2, "spectral_norm", "none"),
-        L("linear", 5, weight="weight_norm_dim0", bias="plain"),
-        L("matmul", 4, weight="shared", bias="none"),
-    )),
-    ModelSpec(4, (3, 3), (
-        L("conv2d", 4, 3, 2, 4, "legacy_spectral_norm", "parametrized"),
-        L("addmm", 6, weight="weight_norm_dimNone", bias="cat"),
-        L("conv_transpose1d", 4, 1, 2, 1, "transposed", "scaled"),
-        L("conv2d", 8, 1, 1, 1, "low_rank", "plain", rank=4),
-    )),
-    ModelSpec(2, (6,), (
-        L("conv1d", 4, 5, 2, 2, "scaled", "cat"),
-        L("addmm", 3, weight="plain", bias="plain"),
-        L("conv_transpose1d", 2, 3, 1, 1, "weight_norm_dim0", "scaled"),
-        L("conv2d", 4, 3, 1, 2, "shared", "cat"),
-    )),
+    ModelSpec(
+        3,
+        (5,),
+        (
+            L("conv1d", 6, 3, 1, 3, "legacy_weight_norm", "parametrized"),
+            L("conv_transpose2d", 4, 3, 2, 2, "spectral_norm", "none"),
+            L("linear", 5, weight="weight_norm_dim0", bias="plain"),
+            L("matmul", 4, weight="shared", bias="none"),
+        ),
+    ),
+    ModelSpec(
+        4,
+        (3, 3),
+        (
+            L("conv2d", 4, 3, 2, 4, "legacy_spectral_norm", "parametrized"),
+            L("addmm", 6, weight="weight_norm_dimNone", bias="cat"),
+            L("conv_transpose1d", 4, 1, 2, 1, "transposed", "scaled"),
+            L("conv2d", 8, 1, 1, 1, "low_rank", "plain", rank=4),
+        ),
+    ),
+    ModelSpec(
+        2,
+        (6,),
+        (
+            L("conv1d", 4, 5, 2, 2, "scaled", "cat"),
+            L("addmm", 3, weight="plain", bias="plain"),
+            L("conv_transpose1d", 2, 3, 1, 1, "weight_norm_dim0", "scaled"),
+            L("conv2d", 4, 3, 1, 2, "shared", "cat"),
+        ),
+    ),
     # rank * (rows + cols) == rows * cols: folds. One rank less: grows, stays unfolded.
     ModelSpec(4, (3,), (L("linear", 4, weight="low_rank", bias="scaled", rank=2),)),
     ModelSpec(4, (3,), (L("linear", 4, weight="low_rank", bias="scaled", rank=1),)),

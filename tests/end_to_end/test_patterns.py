@@ -16,11 +16,18 @@ import pytest
 import torch
 
 import xnnfold
-from tests._lowering import fixture_by_name, lower_folding, lower_stock, lowered_folding, lowered_hand_folded
+from xnnfold._meta import FOLD_META_KEY
 from xnnfold.fixtures._patterns import VarMeanStdConv2d
 from xnnfold.passes import XnnpackFoldingPartitioner
-from xnnfold._meta import FOLD_META_KEY
 from xnnfold.passes.partition._aten_plan import keepable
+
+from tests._lowering import (
+    fixture_by_name,
+    lower_folding,
+    lower_stock,
+    lowered_folding,
+    lowered_hand_folded,
+)
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
@@ -163,9 +170,9 @@ def test_modulated_weight_is_declined_with_a_reason(caplog: pytest.LogCaptureFix
     graph = lowered.edge.exported_program().graph
     (conv,) = [n for n in graph.nodes if "convolution" in str(n.target)]
     assert FOLD_META_KEY not in conv.meta
-    assert any(
-        conv.name in m and "run time" in m and "'style'" in m for m in _warnings(caplog)
-    ), _warnings(caplog)
+    assert any(conv.name in m and "run time" in m and "'style'" in m for m in _warnings(caplog)), (
+        _warnings(caplog)
+    )
     _assert_matches_eager("modulated_conv", lowered.buffer)
 
 

@@ -9,12 +9,19 @@ import torch
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
-from tests._lowering import fixture_by_name, lower_stock, lowered_folding
 from xnnfold import FoldComputedWeightsPass
-from xnnfold.passes import FoldOptions
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY
+from xnnfold.passes import FoldOptions
 
-CASES = ["weight_norm_dim0-conv1d", "spectral_norm-linear", "legacy_spectral_norm-conv_transpose2d", "linear_computed_bias", "matmul_transposed"]
+from tests._lowering import fixture_by_name, lower_stock, lowered_folding
+
+CASES = [
+    "weight_norm_dim0-conv1d",
+    "spectral_norm-linear",
+    "legacy_spectral_norm-conv_transpose2d",
+    "linear_computed_bias",
+    "matmul_transposed",
+]
 
 
 def _delegate_program(lowered_edge) -> ExportedProgram:
@@ -38,7 +45,10 @@ def test_folds_the_marked_computation(name: str) -> None:
     assert result.modified
     assert len(_call_functions(ep)) < before
     assert not any(FOLD_META_KEY in n.meta for n in ep.graph.nodes)
-    assert not any("original" in k or k.endswith(("weight_g", "weight_v", "weight_orig")) for k in ep.state_dict)
+    assert not any(
+        "original" in k or k.endswith(("weight_g", "weight_v", "weight_orig"))
+        for k in ep.state_dict
+    )
 
 
 @pytest.mark.runtime

@@ -12,8 +12,9 @@ from executorch.exir.lowered_backend_module import get_lowered_submodules
 from torch import nn
 
 import xnnfold
-from tests._lowering import lower_stock
 from xnnfold.passes.fold import _hook
+
+from tests._lowering import lower_stock
 
 
 @pytest.fixture

@@ -42,12 +42,20 @@ def test_the_longest_files_go_first_and_every_file_keeps_its_order() -> None:
     assert [item.nodeid for item in ordered] == [ids[3], ids[4], ids[1], ids[0], ids[2], ids[5]]
 
 
-_ITEMS = [_Item("t::plain"), _Item("t::slow", ("slow",)), _Item("t::campaign", ("campaign", "slow"))]
+_ITEMS = [
+    _Item("t::plain"),
+    _Item("t::slow", ("slow",)),
+    _Item("t::campaign", ("campaign", "slow")),
+]
 
 
 @pytest.mark.parametrize(
     ("tier", "expected"),
-    [("fast", ["t::plain"]), ("full", ["t::plain", "t::slow"]), ("campaign", ["t::plain", "t::slow", "t::campaign"])],
+    [
+        ("fast", ["t::plain"]),
+        ("full", ["t::plain", "t::slow"]),
+        ("campaign", ["t::plain", "t::slow", "t::campaign"]),
+    ],
 )
 def test_a_tier_runs_its_tests_and_those_of_the_tiers_below(tier: str, expected: list[str]) -> None:
     kept, left_out = split_by_tier(cast(Any, _ITEMS), tier)

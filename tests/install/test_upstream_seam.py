@@ -23,7 +23,9 @@ def test_a_moved_internal_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setitem(
         INTERNALS, "moved", ("executorch", "executorch.exir.program._program", "_gone")
     )
-    with pytest.raises(UnsupportedRelease, match=r"_program has no attribute _gone.*written for executorch 1\.4\.1"):
+    with pytest.raises(
+        UnsupportedRelease, match=r"_program has no attribute _gone.*written for executorch 1\.4\.1"
+    ):
         _upstream.moved  # noqa: B018 - the access under test
 
 
@@ -63,7 +65,9 @@ def test_no_module_but_the_seam_imports_a_private_upstream_name() -> None:
 def test_the_edge_op_accessor_reads_the_aten_op() -> None:
     import torch
 
-    assert _upstream.aten_op_of(_upstream.exir_ops.edge.aten.mm.default) is torch.ops.aten.mm.default
+    assert (
+        _upstream.aten_op_of(_upstream.exir_ops.edge.aten.mm.default) is torch.ops.aten.mm.default
+    )
 
 
 def test_the_signature_setter_replaces_the_signature() -> None:

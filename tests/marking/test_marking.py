@@ -12,8 +12,8 @@ from torch.nn.utils import parametrize
 from torch.nn.utils.parametrizations import orthogonal, spectral_norm, weight_norm
 
 from xnnfold import find_sites, prepare_for_xnnpack, unprepare_for_xnnpack
-from xnnfold.fixtures import layer_fixture, NORMS
 from xnnfold._meta import SITE_META_KEY
+from xnnfold.fixtures import layer_fixture, NORMS
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes.partition._predicates import site_of
 
@@ -75,9 +75,7 @@ def test_marks_survive_export_and_edge_decompositions(norm: str, layer: str) -> 
     assert marked, "no exported node carries the site mark"
     edge = to_edge(ep).exported_program()
     gemm = next(
-        n
-        for n in edge.graph.nodes
-        if n.op == "call_function" and n.target in EDGE_GEMM_ARGS
+        n for n in edge.graph.nodes if n.op == "call_function" and n.target in EDGE_GEMM_ARGS
     )
     weight = gemm.args[EDGE_GEMM_ARGS[gemm.target][0]]
     while weight.op == "call_function" and site_of(weight) is None:

@@ -70,7 +70,9 @@ def _run(model: nn.Module, **options: bool) -> tuple[torch.Tensor, xnnfold.Progr
     return xnnfold.run_pte(buffer, _inputs())[0], xnnfold.summarize(edge), buffer
 
 
-def _hand_folded(beta: float, alpha: float, computed_weight: bool, computed_bias: bool) -> nn.Module:
+def _hand_folded(
+    beta: float, alpha: float, computed_weight: bool, computed_bias: bool
+) -> nn.Module:
     """The twin that holds ``alpha * W`` and ``beta * b`` as its parameters."""
     source = ScaledAddmm(
         beta=beta, alpha=alpha, computed_weight=computed_weight, computed_bias=computed_bias
@@ -81,8 +83,12 @@ def _hand_folded(beta: float, alpha: float, computed_weight: bool, computed_bias
         weight = weight * alpha
         bias = torch.zeros_like(bias) if beta == 0 else bias * beta
     return ScaledAddmm(
-        beta=1.0, alpha=1.0, computed_weight=False, computed_bias=False,
-        weight=weight, bias=bias,
+        beta=1.0,
+        alpha=1.0,
+        computed_weight=False,
+        computed_bias=False,
+        weight=weight,
+        bias=bias,
     ).eval()
 
 
@@ -134,10 +140,8 @@ def test_the_scales_leave_the_delegate_as_a_plain_addmm() -> None:
 
     model = ScaledAddmm(beta=0.5, alpha=2.0, computed_weight=False, computed_bias=False)
     edge = xnnfold.lower(model.eval(), _inputs())
-    (_, lowered, _), = get_lowered_submodules(edge.exported_program().graph_module)
-    marked = [
-        n for n in lowered.original_module.graph.nodes if FOLD_SCALES_META_KEY in n.meta
-    ]
+    ((_, lowered, _),) = get_lowered_submodules(edge.exported_program().graph_module)
+    marked = [n for n in lowered.original_module.graph.nodes if FOLD_SCALES_META_KEY in n.meta]
     assert [n.meta[FOLD_SCALES_META_KEY] for n in marked] == [{0: 0.5, 2: 2.0}]
 
 

@@ -47,8 +47,8 @@ from torch.fx import Node
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
 import xnnfold
-from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold._meta import FOLD_META_KEY
+from xnnfold.passes import XnnpackFoldingPartitioner
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
@@ -191,9 +191,7 @@ class CondWeight(nn.Module):
         self.register_buffer("flag", torch.ones(()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = torch.cond(
-            self.flag > 0, lambda w: w * 2.0, lambda w: w * 1.0, (self.w,)
-        )
+        w = torch.cond(self.flag > 0, lambda w: w * 2.0, lambda w: w * 1.0, (self.w,))
         return F.linear(x, w)
 
 
@@ -275,74 +273,123 @@ CASES: dict[str, Case] = {
     "tied_embedding": Case(
         TiedEmbedding,
         lambda s: (torch.randint(0, 50, (2, 5), generator=torch.Generator().manual_seed(s)),),
-        "logits", "also used by", stored=lambda m: [m.emb.weight],
+        "logits",
+        "also used by",
+        stored=lambda m: [m.emb.weight],
     ),
     "weight_also_in_elementwise_op": Case(
-        lambda: Block(ElementwiseUse()), _vec, "block", "also used by",
+        lambda: Block(ElementwiseUse()),
+        _vec,
+        "block",
+        "also used by",
         stored=lambda m: [m.block.w],
     ),
     "weight_norm_gain_also_scales_output": Case(
-        lambda: Block(WeightNormGainReused()), _vec, "block.lin", "also used by",
+        lambda: Block(WeightNormGainReused()),
+        _vec,
+        "block.lin",
+        "also used by",
         stored=lambda m: [m.block.lin.parametrizations.weight.original1],
     ),
     # A buffer the program writes.
     "training_spectral_norm": Case(
-        lambda: Block(spectral_norm(nn.Linear(8, 8))), _vec, "block", "written by the program",
+        lambda: Block(spectral_norm(nn.Linear(8, 8))),
+        _vec,
+        "block",
+        "written by the program",
         stored=lambda m: [m.block.parametrizations.weight.original],
-        steps=3, train=True, prepare=False, mutable=("_u", "_v"),
+        steps=3,
+        train=True,
+        prepare=False,
+        mutable=("_u", "_v"),
     ),
     "running_statistic": Case(
-        lambda: Block(RunningScale()), _vec, "block", "written by the program",
-        stored=lambda m: [m.block.lin.weight], steps=3, mutable=("scale",),
+        lambda: Block(RunningScale()),
+        _vec,
+        "block",
+        "written by the program",
+        stored=lambda m: [m.block.lin.weight],
+        steps=3,
+        mutable=("scale",),
     ),
     "kv_cache": Case(
         lambda: Block(KVAttention()),
         lambda s: (_x(s, 1, 8), torch.tensor([s])),
-        "block", "written by the program", steps=3, mutable=("cache",),
+        "block",
+        "written by the program",
+        steps=3,
+        mutable=("cache",),
     ),
     # Folding would grow the program.
     "low_rank_weight": Case(
-        lambda: Block(LowRank()), lambda s: (_x(s, 3, 64),), "block", "grow",
+        lambda: Block(LowRank()),
+        lambda s: (_x(s, 3, 64),),
+        "block",
+        "grow",
         stored=lambda m: [m.block.a, m.block.b],
     ),
     # Not a pure ATen op, or a higher-order op. The custom op has no ExecuTorch kernel,
     # so that program can only run once executorch's own constant propagation evaluates
     # it ahead of time, at the top level, outside any delegate (the same for stock).
     "custom_op": Case(
-        lambda: Block(CustomOpWeight()), _vec, "block", "not a pure ATen op",
+        lambda: Block(CustomOpWeight()),
+        _vec,
+        "block",
+        "not a pure ATen op",
         const_prop=True,
     ),
     "random_op": Case(
-        lambda: Block(RandomOpWeight()), _vec, "block", "random",
+        lambda: Block(RandomOpWeight()),
+        _vec,
+        "block",
+        "random",
         stored=lambda m: [m.block.w],
     ),
     "op_with_side_effect": Case(
-        lambda: Block(SideEffectWeight()), _vec, "block", "written by the program",
-        stored=lambda m: [m.block.w], steps=3, mutable=("calls",),
+        lambda: Block(SideEffectWeight()),
+        _vec,
+        "block",
+        "written by the program",
+        stored=lambda m: [m.block.w],
+        steps=3,
+        mutable=("calls",),
     ),
     "higher_order_op": Case(
-        lambda: Block(CondWeight()), _vec, "block", "not an ATen op",
+        lambda: Block(CondWeight()),
+        _vec,
+        "block",
+        "not an ATen op",
         stored=lambda m: [m.block.w],
     ),
     # An intermediate that also feeds the activation or another output.
     "intermediate_is_also_an_output": Case(
         lambda: Block(DirectionShared(into_activation=False)),
-        lambda s: (_x(s, 1, 4, 9),), "block", "intermediate",
+        lambda s: (_x(s, 1, 4, 9),),
+        "block",
+        "intermediate",
         stored=lambda m: [m.block.v],
     ),
     "intermediate_also_feeds_the_activation": Case(
         lambda: Block(DirectionShared(into_activation=True)),
-        lambda s: (_x(s, 1, 4, 9),), "block", "intermediate",
+        lambda s: (_x(s, 1, 4, 9),),
+        "block",
+        "intermediate",
         stored=lambda m: [m.block.v],
     ),
     # An earlier partitioner declined the GEMM but delegated (part of) its weight.
     "weight_from_an_earlier_delegate": Case(
-        lambda: Block(ScaledWeight()), _vec, "block", "earlier partitioner",
+        lambda: Block(ScaledWeight()),
+        _vec,
+        "block",
+        "earlier partitioner",
         stored=lambda m: [m.block.w],
         first=lambda: [XnnpackPartitioner(configs=[MulConfig])],
     ),
     "gemm_rejected_by_the_stock_partitioner_first": Case(
-        lambda: Block(WeightNormLinear()), _vec, "block.lin", "earlier partitioner",
+        lambda: Block(WeightNormLinear()),
+        _vec,
+        "block.lin",
+        "earlier partitioner",
         stored=lambda m: [m.block.lin.parametrizations.weight.original1],
         first=lambda: [XnnpackPartitioner()],
     ),
@@ -709,9 +756,7 @@ def _lower_external(last: Partitioner, outdir: Path) -> tuple[EdgeProgramManager
     unlifted = torch.export.export(model, inputs).module()
     # How executorch tags delegate constants for a .ptd (as its llama export does) ...
     delegate_external_constants_pass_unlifted(unlifted, gen_tag_fn=lambda node: EXTERNAL_FILE)
-    edge = to_edge_transform_and_lower(
-        torch.export.export(unlifted, inputs), partitioner=[last]
-    )
+    edge = to_edge_transform_and_lower(torch.export.export(unlifted, inputs), partitioner=[last])
     # ... and top-level constants, into the same file.
     et = edge.to_executorch(ExecutorchBackendConfig(external_constants=lambda node: EXTERNAL_FILE))
     outdir.mkdir()

@@ -28,7 +28,10 @@ CASES: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
     "conv1d-padding": (nn.Conv1d, {"kernel_size": 3, "padding": 3}),
     "conv1d-dilation": (nn.Conv1d, {"kernel_size": 3, "dilation": 2, "padding": 2}),
     "conv1d-groups": (nn.Conv1d, {"kernel_size": 3, "groups": 2}),
-    "conv1d-depthwise": (nn.Conv1d, {"kernel_size": 3, "groups": CHANNELS, "out_channels": 2 * CHANNELS}),
+    "conv1d-depthwise": (
+        nn.Conv1d,
+        {"kernel_size": 3, "groups": CHANNELS, "out_channels": 2 * CHANNELS},
+    ),
     "conv1d-no_bias": (nn.Conv1d, {"kernel_size": 3, "bias": False}),
     "conv1d-same": (nn.Conv1d, {"kernel_size": 4, "padding": "same"}),
     "conv2d-stride": (nn.Conv2d, {"kernel_size": 3, "stride": (2, 1)}),
@@ -37,12 +40,18 @@ CASES: dict[str, tuple[type[nn.Module], dict[str, Any]]] = {
     "conv2d-groups": (nn.Conv2d, {"kernel_size": 3, "groups": 2}),
     "conv2d-depthwise": (nn.Conv2d, {"kernel_size": 3, "groups": CHANNELS}),
     "conv_transpose1d-stride": (nn.ConvTranspose1d, {"kernel_size": 3, "stride": 2}),
-    "conv_transpose1d-output_padding": (nn.ConvTranspose1d, {"kernel_size": 3, "stride": 2, "output_padding": 1}),
+    "conv_transpose1d-output_padding": (
+        nn.ConvTranspose1d,
+        {"kernel_size": 3, "stride": 2, "output_padding": 1},
+    ),
     "conv_transpose1d-padding": (nn.ConvTranspose1d, {"kernel_size": 3, "padding": 1}),
     "conv_transpose1d-dilation": (nn.ConvTranspose1d, {"kernel_size": 3, "dilation": 2}),
     "conv_transpose1d-groups": (nn.ConvTranspose1d, {"kernel_size": 3, "groups": 2}),
     "conv_transpose2d-stride": (nn.ConvTranspose2d, {"kernel_size": 3, "stride": (2, 3)}),
-    "conv_transpose2d-output_padding": (nn.ConvTranspose2d, {"kernel_size": 3, "stride": (2, 3), "output_padding": (1, 2)}),
+    "conv_transpose2d-output_padding": (
+        nn.ConvTranspose2d,
+        {"kernel_size": 3, "stride": (2, 3), "output_padding": (1, 2)},
+    ),
     "conv_transpose2d-padding": (nn.ConvTranspose2d, {"kernel_size": 3, "padding": (1, 0)}),
     "conv_transpose2d-dilation": (nn.ConvTranspose2d, {"kernel_size": 3, "dilation": (1, 2)}),
     "conv_transpose2d-groups": (nn.ConvTranspose2d, {"kernel_size": 3, "groups": 2}),
@@ -62,10 +71,18 @@ class ComputedBias(nn.Module):
         conv = self.conv
         bias = None if conv.bias is None else conv.bias * 0.5 + self.shift
         if isinstance(conv, (nn.ConvTranspose1d, nn.ConvTranspose2d)):
-            functional = F.conv_transpose1d if isinstance(conv, nn.ConvTranspose1d) else F.conv_transpose2d
+            functional = (
+                F.conv_transpose1d if isinstance(conv, nn.ConvTranspose1d) else F.conv_transpose2d
+            )
             return functional(
-                x, conv.weight, bias, conv.stride, conv.padding, conv.output_padding,
-                conv.groups, conv.dilation,
+                x,
+                conv.weight,
+                bias,
+                conv.stride,
+                conv.padding,
+                conv.output_padding,
+                conv.groups,
+                conv.dilation,
             )
         return conv._conv_forward(x, conv.weight, bias)
 

@@ -21,13 +21,14 @@ from torch.nn import functional as F
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
 import xnnfold.passes.partition._partitioner as partitioner_module
-from tests._lowering import fixture_by_name
 from xnnfold import prepare_for_xnnpack, run_pte
+from xnnfold._meta import CUSTOM_META_KEY, PRESERVED_META_KEY
 from xnnfold.fixtures import FIXTURES, LAYERS, NORMS
 from xnnfold.passes import XnnpackFoldingPartitioner
-from xnnfold._meta import CUSTOM_META_KEY, PRESERVED_META_KEY
 from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
 from xnnfold.passes.partition._decompositions import decomposed_ops, filter_is_redundant
+
+from tests._lowering import fixture_by_name
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = pytest.mark.slow
@@ -65,24 +66,60 @@ def _r(*shape: int) -> torch.Tensor:
 # arguments" is exercised where the arguments could change the decomposition.
 ONE_OP_CASES = [
     (aten.conv1d.default, _conv(F.conv1d), (_r(1, 4, 9), _r(6, 4, 3), _r(6))),
-    (aten.conv1d.default, _conv(F.conv1d, stride=2, dilation=2, groups=2), (_r(1, 4, 9), _r(6, 2, 3), _r(6))),
+    (
+        aten.conv1d.default,
+        _conv(F.conv1d, stride=2, dilation=2, groups=2),
+        (_r(1, 4, 9), _r(6, 2, 3), _r(6)),
+    ),
     (aten.conv2d.default, _conv(F.conv2d), (_r(1, 4, 7, 7), _r(6, 4, 3, 3), _r(6))),
-    (aten.conv2d.default, _conv(F.conv2d, padding=1, groups=4), (_r(1, 4, 7, 7), _r(4, 1, 3, 3), _r(4))),
+    (
+        aten.conv2d.default,
+        _conv(F.conv2d, padding=1, groups=4),
+        (_r(1, 4, 7, 7), _r(4, 1, 3, 3), _r(4)),
+    ),
     (aten.conv3d.default, _conv(F.conv3d), (_r(1, 2, 5, 5, 5), _r(3, 2, 2, 2, 2), _r(3))),
-    (aten.conv3d.default, _conv(F.conv3d, stride=2, groups=2), (_r(1, 2, 5, 5, 5), _r(4, 1, 2, 2, 2), _r(4))),
+    (
+        aten.conv3d.default,
+        _conv(F.conv3d, stride=2, groups=2),
+        (_r(1, 2, 5, 5, 5), _r(4, 1, 2, 2, 2), _r(4)),
+    ),
     (aten.conv_transpose1d.default, _conv(F.conv_transpose1d), (_r(1, 4, 9), _r(4, 6, 3), _r(6))),
-    (aten.conv_transpose1d.default, _conv(F.conv_transpose1d, stride=2, padding=1, groups=2), (_r(1, 4, 9), _r(4, 3, 4), _r(6))),
-    (aten.conv_transpose2d.input, _conv(F.conv_transpose2d), (_r(1, 4, 5, 5), _r(4, 6, 3, 3), _r(6))),
-    (aten.conv_transpose2d.input, _conv(F.conv_transpose2d, stride=2, output_padding=1), (_r(1, 4, 5, 5), _r(4, 3, 3, 3), _r(3))),
-    (aten.conv_transpose3d.input, _conv(F.conv_transpose3d), (_r(1, 2, 3, 3, 3), _r(2, 3, 2, 2, 2), _r(3))),
-    (aten.conv_transpose3d.input, _conv(F.conv_transpose3d, stride=2, groups=2), (_r(1, 2, 3, 3, 3), _r(2, 2, 2, 2, 2), _r(4))),
+    (
+        aten.conv_transpose1d.default,
+        _conv(F.conv_transpose1d, stride=2, padding=1, groups=2),
+        (_r(1, 4, 9), _r(4, 3, 4), _r(6)),
+    ),
+    (
+        aten.conv_transpose2d.input,
+        _conv(F.conv_transpose2d),
+        (_r(1, 4, 5, 5), _r(4, 6, 3, 3), _r(6)),
+    ),
+    (
+        aten.conv_transpose2d.input,
+        _conv(F.conv_transpose2d, stride=2, output_padding=1),
+        (_r(1, 4, 5, 5), _r(4, 3, 3, 3), _r(3)),
+    ),
+    (
+        aten.conv_transpose3d.input,
+        _conv(F.conv_transpose3d),
+        (_r(1, 2, 3, 3, 3), _r(2, 3, 2, 2, 2), _r(3)),
+    ),
+    (
+        aten.conv_transpose3d.input,
+        _conv(F.conv_transpose3d, stride=2, groups=2),
+        (_r(1, 2, 3, 3, 3), _r(2, 2, 2, 2, 2), _r(4)),
+    ),
     (aten.transpose.int, lambda x: x.transpose(1, 2) + 1, (_r(2, 3, 4),)),
     (aten.transpose.int, lambda x: x.transpose(1, 1) + 1, (_r(2, 3, 4),)),
     (aten.t.default, lambda x: x.t() + 1, (_r(3, 4),)),
     (aten.t.default, lambda x: x.t() + 1, (_r(5),)),
     (aten._unsafe_view.default, lambda x: aten._unsafe_view(x, [6, 4]) + 1, (_r(2, 3, 4),)),
     (aten._unsafe_view.default, lambda x: aten._unsafe_view(x, [-1]) * 2, (_r(2, 3, 4),)),
-    (aten.layer_norm.default, lambda x, w, b: F.layer_norm(x, (4,), w, b), (_r(2, 3, 4), _r(4), _r(4))),
+    (
+        aten.layer_norm.default,
+        lambda x, w, b: F.layer_norm(x, (4,), w, b),
+        (_r(2, 3, 4), _r(4), _r(4)),
+    ),
     (aten.layer_norm.default, lambda x: F.layer_norm(x, (3, 4), eps=1e-3), (_r(2, 3, 4),)),
     (aten.softmax.int, lambda x: x.softmax(-1), (_r(2, 3, 4),)),
     (aten.softmax.int, lambda x: torch.softmax(x, 0, dtype=torch.float64), (_r(2, 3, 4),)),
@@ -99,7 +136,11 @@ ONE_OP_CASES = [
     (aten.dot.default, lambda a, b: torch.dot(a, b) + 1, (_r(4), _r(4))),
     (aten.dot.default, lambda a, b: torch.dot(a[::2], b) + 1, (_r(8), _r(4))),
     *(
-        (aten.linalg_vector_norm.default, lambda x, o=o, d=d, t=t: torch.linalg.vector_norm(x, o, d, True, dtype=t) + 1, (_r(3, 4),))
+        (
+            aten.linalg_vector_norm.default,
+            lambda x, o=o, d=d, t=t: torch.linalg.vector_norm(x, o, d, True, dtype=t) + 1,
+            (_r(3, 4),),
+        )
         for o in (2, 1, 0, 0.5, 3, float("inf"), float("-inf"))
         for d in (None, 1, (0, 1))
         for t in (None, torch.float64)
@@ -107,9 +148,21 @@ ONE_OP_CASES = [
     (aten.silu.default, F.silu, (_r(2, 3),)),
     (aten.silu.default, F.silu, (_r(2, 3).half(),)),
     (aten.silu.default, F.silu, (_r(2, 3).bfloat16(),)),
-    (aten.adaptive_avg_pool2d.default, lambda x: F.adaptive_avg_pool2d(x, 1) + 1, (_r(1, 3, 7, 7),)),
-    (aten.adaptive_avg_pool2d.default, lambda x: F.adaptive_avg_pool2d(x, (3, 3)) + 1, (_r(1, 3, 7, 7),)),
-    (aten.adaptive_avg_pool2d.default, lambda x: F.adaptive_avg_pool2d(x, (5, 3)) + 1, (_r(3, 7, 6),)),
+    (
+        aten.adaptive_avg_pool2d.default,
+        lambda x: F.adaptive_avg_pool2d(x, 1) + 1,
+        (_r(1, 3, 7, 7),),
+    ),
+    (
+        aten.adaptive_avg_pool2d.default,
+        lambda x: F.adaptive_avg_pool2d(x, (3, 3)) + 1,
+        (_r(1, 3, 7, 7),),
+    ),
+    (
+        aten.adaptive_avg_pool2d.default,
+        lambda x: F.adaptive_avg_pool2d(x, (5, 3)) + 1,
+        (_r(3, 7, 6),),
+    ),
     (
         aten.adaptive_avg_pool2d.default,
         lambda x: F.adaptive_avg_pool2d(x, (1, 1)) + 1,
@@ -194,7 +247,9 @@ def test_listed_op_decomposes_only_to_its_listed_ops(op, fn, inputs) -> None:
     DYNAMIC_MATMUL_CASES,
     ids=[f"case{i}" for i in range(len(DYNAMIC_MATMUL_CASES))],
 )
-def test_matmul_with_dynamic_sizes_decomposes_only_to_its_listed_ops(inputs, dynamic_shapes) -> None:
+def test_matmul_with_dynamic_sizes_decomposes_only_to_its_listed_ops(
+    inputs, dynamic_shapes
+) -> None:
     ep = torch.export.export(TwoOperands(), inputs, dynamic_shapes=dynamic_shapes)
     ep = ep.run_decompositions({})
     assert _products(ep, aten.matmul.default) <= DECOMPOSES_ONLY_TO[aten.matmul.default]
@@ -281,7 +336,9 @@ def test_no_filter_with_an_activation_matmul() -> None:
 
 
 def test_no_filter_for_weight_norm_convs() -> None:
-    ops, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(_aten_program(WeightNormConvs(), X))
+    ops, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(
+        _aten_program(WeightNormConvs(), X)
+    )
     assert filter_fn is None
     assert aten._weight_norm.default in ops
 
@@ -297,7 +354,12 @@ def test_kept_nodes_are_marked_without_a_filter() -> None:
 @pytest.mark.parametrize(
     "model",
     [SpectralWithActivationMatmul, WithActivationVar, WithActivationLinear, WithCond],
-    ids=["decomposed-op-could-create-kept-ops", "unlisted-decomposition", "kept-op-rejected", "control-flow"],
+    ids=[
+        "decomposed-op-could-create-kept-ops",
+        "unlisted-decomposition",
+        "kept-op-rejected",
+        "control-flow",
+    ],
 )
 def test_filter_kept_when_it_could_matter(model: type[nn.Module]) -> None:
     _, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(_aten_program(model(), X))
@@ -382,10 +444,10 @@ FAST_LAYERS = ("conv1d", "conv_transpose2d", "linear")
 @pytest.mark.parametrize(
     "norm, layer",
     [
-        pytest.param(n, l, marks=() if l in FAST_LAYERS else pytest.mark.campaign)
-        for n, l in GRID
+        pytest.param(n, layer_name, marks=() if layer_name in FAST_LAYERS else pytest.mark.campaign)
+        for n, layer_name in GRID
     ],
-    ids=[f"{n}-{l}" for n, l in GRID],
+    ids=[f"{n}-{layer_name}" for n, layer_name in GRID],
 )
 def test_same_program_as_filter_path_grid(norm: str, layer: str, monkeypatch) -> None:
     fixture = fixture_by_name(f"{norm}-{layer}")
@@ -415,7 +477,10 @@ def test_same_program_as_filter_path_fixtures(name: str, monkeypatch) -> None:
 
 def test_shortcut_is_taken_on_the_vocoder(monkeypatch) -> None:
     # The benchmark's HiFi-GAN fixture: the case the shortcut exists for.
-    ep = torch.export.export(prepare_for_xnnpack(FIXTURES["hifigan_generator"].model()), FIXTURES["hifigan_generator"].inputs())
+    ep = torch.export.export(
+        prepare_for_xnnpack(FIXTURES["hifigan_generator"].model()),
+        FIXTURES["hifigan_generator"].inputs(),
+    )
     _, filter_fn = XnnpackFoldingPartitioner().ops_to_not_decompose(ep.run_decompositions({}))
     assert filter_fn is None
 

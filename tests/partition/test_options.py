@@ -72,7 +72,7 @@ def test_max_fold_nodes_reaches_the_predicate_and_the_mark() -> None:
     edge = xnnfold.lower(_model(), _inputs(), partitioner=partitioner)
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
-    (_, lowered, _), = get_lowered_submodules(edge.exported_program().graph_module)
+    ((_, lowered, _),) = get_lowered_submodules(edge.exported_program().graph_module)
     marks = [
         n.meta[FOLD_OPTIONS_META_KEY]
         for n in lowered.original_module.graph.nodes
@@ -85,7 +85,10 @@ def test_keep_decomposition_filter_returns_the_filter() -> None:
     ep = torch.export.export(xnnfold.prepare_for_xnnpack(_model()), _inputs())
     ep = ep.run_decompositions({})
     assert XnnpackFoldingPartitioner().ops_to_not_decompose(ep)[1] is None
-    assert XnnpackFoldingPartitioner(keep_decomposition_filter=True).ops_to_not_decompose(ep)[1] is not None
+    assert (
+        XnnpackFoldingPartitioner(keep_decomposition_filter=True).ops_to_not_decompose(ep)[1]
+        is not None
+    )
 
 
 def test_force_non_static_weights_keeps_weights_at_run_time() -> None:
@@ -102,11 +105,15 @@ def test_per_op_mode_gives_each_op_its_own_delegate() -> None:
 
 def test_config_precisions_reach_the_configs() -> None:
     partitioner = XnnpackFoldingPartitioner(config_precisions=ConfigPrecisionType.STATIC_QUANT)
-    (linear,) = [c for c in partitioner.target_partitioner_configs.values() if isinstance(c, LinearConfig)]
+    (linear,) = [
+        c for c in partitioner.target_partitioner_configs.values() if isinstance(c, LinearConfig)
+    ]
     assert linear.enabled_precision_types == [ConfigPrecisionType.STATIC_QUANT]
 
 
-@pytest.mark.skipif(not supports_bf16(), reason="this executorch has no bf16 delegation (the next test)")
+@pytest.mark.skipif(
+    not supports_bf16(), reason="this executorch has no bf16 delegation (the next test)"
+)
 def test_enable_bf16_reaches_the_configs() -> None:
     partitioner = XnnpackFoldingPartitioner(enable_bf16=True)
     assert all(
@@ -129,7 +136,9 @@ def test_enable_bf16_without_support_is_accepted_with_a_warning(
 
 def test_configs_replace_only_the_configs_given() -> None:
     partitioner = XnnpackFoldingPartitioner(configs=[LinearConfig])
-    assert [type(c) for c in partitioner.target_partitioner_configs.values()] == [FoldingLinearConfig]
+    assert [type(c) for c in partitioner.target_partitioner_configs.values()] == [
+        FoldingLinearConfig
+    ]
     report, _ = _lower(configs=[LinearConfig])
     assert [r.folded for r in report.rows] == [("weight",), ("weight",)]
 
@@ -157,7 +166,9 @@ class _Packed(nn.Module):
         self.packed = weight_norm(nn.Linear(8, 4 * pieces, bias=False))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.stack([nn.functional.linear(x, w) for w in self.packed.weight.chunk(self.pieces)])
+        return torch.stack(
+            [nn.functional.linear(x, w) for w in self.packed.weight.chunk(self.pieces)]
+        )
 
 
 @pytest.mark.parametrize(("pieces", "folded"), [(20, 20), (21, 0)])

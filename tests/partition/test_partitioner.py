@@ -17,9 +17,10 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
-from tests._lowering import fixture_by_name, lower_folding, lower_stock, lowered_folding
-from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold._meta import FOLD_META_KEY
+from xnnfold.passes import XnnpackFoldingPartitioner
+
+from tests._lowering import fixture_by_name, lower_folding, lower_stock, lowered_folding
 
 pytestmark = pytest.mark.runtime
 
@@ -144,7 +145,9 @@ class SharedSource(nn.Module):
         return self.conv(x) + v.sum()
 
 
-def test_shared_source_is_declined_with_a_warning_and_still_correct(caplog: pytest.LogCaptureFixture) -> None:
+def test_shared_source_is_declined_with_a_warning_and_still_correct(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     torch.manual_seed(0)
     model, x = SharedSource().eval(), torch.randn(1, 4, 9)
     with caplog.at_level(logging.WARNING, logger="xnnfold"):

@@ -22,8 +22,13 @@ from torch._export.utils import is_buffer, is_lifted_tensor_constant, is_param
 from torch.export import ExportedProgram
 from torch.nn.utils.parametrizations import weight_norm
 
-from xnnfold import FoldComputedWeightsPass, prepare_for_xnnpack, run_pte, summarize
-from xnnfold import XnnpackFoldingPartitioner
+from xnnfold import (
+    FoldComputedWeightsPass,
+    prepare_for_xnnpack,
+    run_pte,
+    summarize,
+    XnnpackFoldingPartitioner,
+)
 from xnnfold.passes import FoldOptions
 from xnnfold.passes.partition._predicates import (
     _constant_map,
@@ -45,6 +50,8 @@ def one_lowering() -> Iterator[None]:
     """The predicate's queries share one cache, as inside one partitioner's lowering."""
     with analysis_scope(new_analysis_cache()):
         yield
+
+
 LINEAR_ARGS = (1, 2)
 
 
@@ -96,7 +103,8 @@ def test_predicate_sees_a_mutation_that_adds_a_node() -> None:
     ep = _weight_norm_linear_program()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()), WeightComputation
+        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()),
+        WeightComputation,
     )
     root = gemm.args[1]
     x = _user_input(ep)
@@ -115,7 +123,8 @@ def test_stale_constant_map_cannot_fold_a_runtime_value() -> None:
     ep = _weight_norm_linear_program()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()), WeightComputation
+        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()),
+        WeightComputation,
     )
     root = gemm.args[1]
     x = _user_input(ep)
@@ -133,7 +142,8 @@ def test_stale_constant_map_cannot_fold_an_impure_op() -> None:
     ep = _weight_norm_linear_program()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()), WeightComputation
+        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()),
+        WeightComputation,
     )
     root = gemm.args[1]
     assert root.target is torch.ops.aten._weight_norm.default
@@ -154,9 +164,7 @@ class SourceKinds(nn.Module):
         self.register_buffer("shift", torch.rand(8, 1, 1), persistent=False)
         self.bias_scale = torch.tensor(0.25)
         self.bias = nn.Parameter(torch.randn(8))
-        self.convs = nn.ModuleList(
-            weight_norm(nn.Conv1d(8, 8, 3, padding=1)) for _ in range(chain)
-        )
+        self.convs = nn.ModuleList(weight_norm(nn.Conv1d(8, 8, 3, padding=1)) for _ in range(chain))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.base * self.gain + self.shift
@@ -225,7 +233,6 @@ def test_two_partitioners_do_not_share_constant_maps() -> None:
     ep = _weight_norm_linear_program()
     first.ops_to_not_decompose(ep)
     assert ep.graph in first._analysis and ep.graph not in second._analysis
-
 
 
 @pytest.fixture

@@ -34,9 +34,10 @@ from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 import xnnfold
-from tests._lowering import Lowered
 from xnnfold.fixtures import Fixture, ScaledBias
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
+
+from tests._lowering import Lowered
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
@@ -113,9 +114,7 @@ def _quantized(model: nn.Module, mode: str) -> ExportedProgram:
     prepared = prepare_pt2e(torch.export.export(model, inputs).module(), quantizer)
     for batch in _calibration():
         prepared(*batch)
-    return xnnfold.remove_unused_constants(
-        torch.export.export(convert_pt2e(prepared), inputs)
-    )
+    return xnnfold.remove_unused_constants(torch.export.export(convert_pt2e(prepared), inputs))
 
 
 def _lowered(ep: ExportedProgram, partitioner: XnnpackPartitioner) -> Lowered:
@@ -124,7 +123,7 @@ def _lowered(ep: ExportedProgram, partitioner: XnnpackPartitioner) -> Lowered:
     return Lowered(edge, edge.to_executorch().buffer, summary)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def lowered(variant: str, mode: str) -> Lowered:
     """``xnnfold``: the parametrized model through xnnfold; ``hand_folded``: the hand-folded
     twin with the stock partitioner; ``hand_folded_xnnfold``: that twin with xnnfold's."""
@@ -138,7 +137,7 @@ def lowered(variant: str, mode: str) -> Lowered:
     return _lowered(ep, xnnfold.XnnpackFoldingPartitioner())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def output(variant: str, mode: str) -> torch.Tensor:
     (out,) = xnnfold.run_pte(lowered(variant, mode).buffer, FIXTURE.inputs())
     return out

@@ -36,7 +36,9 @@ N, RANK = 16, 2
 
 
 class LowRank(nn.Module):
-    def __init__(self, weight_of: Callable[[torch.Tensor], torch.Tensor], *, addmm: bool = False) -> None:
+    def __init__(
+        self, weight_of: Callable[[torch.Tensor], torch.Tensor], *, addmm: bool = False
+    ) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(3)
         self.a = nn.Parameter(torch.randn(N, RANK, generator=generator))

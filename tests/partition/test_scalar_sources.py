@@ -87,7 +87,9 @@ class WrittenWeight(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.register_buffer("weight", torch.randn(16, 8, generator=torch.Generator().manual_seed(5)))
+        self.register_buffer(
+            "weight", torch.randn(16, 8, generator=torch.Generator().manual_seed(5))
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = torch.mm(x, self.weight)

@@ -22,6 +22,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
+
 from tests._lowering import lower_folding, lower_stock
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
@@ -105,7 +106,7 @@ CROSS_INPUTS = ((1, 5, 32), (1, 7, 32))
 PACKED_INPUTS = ((3, 32), (3, 32), (3, 32))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lowered(name: str) -> tuple[Any, Any]:
     if name == "cross":
         inputs = _inputs(*CROSS_INPUTS)
@@ -308,7 +309,9 @@ _METHOD_INPUTS = {
 }
 
 
-def _tied_program(partitioners: str, table: Optional[_Table] = None) -> tuple[ExecutorchProgramManager, Any]:
+def _tied_program(
+    partitioners: str, table: Optional[_Table] = None
+) -> tuple[ExecutorchProgramManager, Any]:
     table = table or _Table().eval()
     modules = {"embed": _Lookup(table).eval(), "logits": _TiedLogits(table).eval()}
     programs = {k: torch.export.export(m, _METHOD_INPUTS[k]) for k, m in modules.items()}
@@ -338,9 +341,7 @@ def test_a_source_another_method_stores_is_not_folded(partitioners: str) -> None
 def test_methods_sharing_a_table_match_eager(method: str) -> None:
     folded, (_, modules) = _tied_program("one")
     (out,) = xnnfold.run_pte(folded.buffer, _METHOD_INPUTS[method], method)
-    torch.testing.assert_close(
-        out, modules[method](*_METHOD_INPUTS[method]), rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(out, modules[method](*_METHOD_INPUTS[method]), rtol=1e-5, atol=1e-5)
 
 
 def test_facts_of_one_lowering_do_not_decline_the_next() -> None:

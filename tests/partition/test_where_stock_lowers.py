@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import pytest
 import torch
+import torch.nn.functional as F
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
     ConvolutionConfig,
@@ -24,7 +25,6 @@ from executorch.backends.xnnpack.partition.config.gemm_configs import (
 from executorch.backends.xnnpack.partition.config.xnnpack_config import XNNPartitionerConfig
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
@@ -122,7 +122,9 @@ def _lower_both(
 def test_a_gemm_without_its_config_keeps_no_op(config: type[XNNPartitionerConfig]) -> None:
     report = _lower_both(_Gemms, _gemms_inputs(), configs=[config])
     convolutions = [r for r in report.rows if r.op == "convolution"]
-    assert [r.folded for r in convolutions] == ([("weight",)] if config is ConvolutionConfig else [()])
+    assert [r.folded for r in convolutions] == (
+        [("weight",)] if config is ConvolutionConfig else [()]
+    )
 
 
 def test_force_non_static_weights_stores_a_convolution_bias() -> None:

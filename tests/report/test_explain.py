@@ -16,6 +16,7 @@ from torch.nn.utils.parametrizations import weight_norm
 import xnnfold
 from xnnfold.passes._ops import STOCK_WHY_LOGGERS
 from xnnfold.passes.report._reasons import collect_why_reasons
+
 from tests._lowering import lower_stock
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
@@ -56,7 +57,7 @@ def _mixed() -> nn.Module:
 INPUTS = (torch.randn(1, 8, 16), torch.randn(8, 1))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _lowered() -> xnnfold.ExplainReport:
     return xnnfold.explain(xnnfold.lower(_mixed(), INPUTS))
 
@@ -98,9 +99,7 @@ def test_table_names_each_gemm_and_sums_up() -> None:
     text = str(_lowered())
     assert text.splitlines()[0].split()[:4] == ["method", "gemm", "op", "module"]
     assert "portable" in text and "XnnpackBackend" in text
-    assert text.splitlines()[-1] == (
-        "4 GEMMs: 3 delegated (1 with folded weights), 1 on portable"
-    )
+    assert text.splitlines()[-1] == ("4 GEMMs: 3 delegated (1 with folded weights), 1 on portable")
 
 
 def test_reads_the_program_after_to_executorch() -> None:
@@ -169,7 +168,6 @@ def test_collecting_reasons_restores_logger_state_and_prints_nothing(
 def test_rejects_what_it_cannot_read() -> None:
     with pytest.raises(TypeError, match="to_edge_transform_and_lower"):
         xnnfold.explain(nn.Linear(2, 2))  # type: ignore[arg-type]
-
 
 
 def _logger_state() -> list[tuple[int, bool]]:

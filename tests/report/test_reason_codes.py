@@ -26,7 +26,9 @@ def test_codes_are_well_formed_and_named_once() -> None:
 def test_no_code_is_also_a_codemod_code() -> None:
     """A code names one thing: grepping a log for it must not also find codemod findings."""
     root = Path(__file__).resolve().parents[2]
-    codemod = set(re.findall(r"XNF\d{3}", (root / "xnnfold/rewriter/codemod/_rules.py").read_text()))
+    codemod = set(
+        re.findall(r"XNF\d{3}", (root / "xnnfold/rewriter/codemod/_rules.py").read_text())
+    )
     codemod |= set(re.findall(r"XNF\d{3}", (root / "docs/codemod.md").read_text()))
     assert codemod and not codemod & set(CODES)
 
@@ -35,7 +37,7 @@ def test_a_problem_keeps_its_code_through_copy_and_pickle() -> None:
     import copy
     import pickle
 
-    from xnnfold.passes._codes import RUN_TIME, Problem
+    from xnnfold.passes._codes import Problem, RUN_TIME
 
     problem = Problem(RUN_TIME, "the weight is computed at run time")
     for clone in (copy.deepcopy(problem), pickle.loads(pickle.dumps(problem))):

@@ -114,9 +114,7 @@ def test_leaves_the_model_as_it_was_passed(norm: str, prepared_before: bool) -> 
     assert _prepare_state(model) == before
 
 
-@pytest.mark.parametrize(
-    "build", [_per_sample, _float64], ids=["per_sample_weight", "float64"]
-)
+@pytest.mark.parametrize("build", [_per_sample, _float64], ids=["per_sample_weight", "float64"])
 def test_fails_when_a_gemm_stays_outside(build) -> None:
     model, inputs = build()
     with pytest.raises(AssertionError) as info:

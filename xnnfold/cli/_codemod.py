@@ -84,47 +84,68 @@ def _configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories")
     modes = parser.add_mutually_exclusive_group()
     modes.add_argument(
-        "--diff", dest="mode", action="store_const", const="diff",
+        "--diff",
+        dest="mode",
+        action="store_const",
+        const="diff",
         help="print a unified diff of the rewrites to stdout; write nothing",
     )
     modes.add_argument(
-        "--check", dest="mode", action="store_const", const="check",
+        "--check",
+        dest="mode",
+        action="store_const",
+        const="check",
         help="write nothing; exit 1 if any file would be rewritten",
     )
     modes.add_argument(
-        "--report", dest="mode", action="store_const", const="report",
+        "--report",
+        dest="mode",
+        action="store_const",
+        const="report",
         help="print the findings, one per line (path:line:col: CODE message); write nothing",
     )
     parser.set_defaults(mode="write")
     parser.add_argument(
-        "--format", dest="fmt", choices=FORMATS, default="text",
-        help="stdout format: text (findings or diff) or json (findings, rewrites, skips, "
-        "summary)",
+        "--format",
+        dest="fmt",
+        choices=FORMATS,
+        default="text",
+        help="stdout format: text (findings or diff) or json (findings, rewrites, skips, summary)",
     )
     parser.add_argument(
-        "--no-migrate", action="store_true",
+        "--no-migrate",
+        action="store_true",
         help="do not migrate legacy torch.nn.utils.weight_norm / spectral_norm (still reported)",
     )
     parser.add_argument(
-        "--migrate-spectral-norm", action="store_true",
+        "--migrate-spectral-norm",
+        action="store_true",
         help="also migrate legacy spectral_norm (torch has no state_dict hook for its keys)",
     )
     parser.add_argument(
-        "--no-export-wiring", action="store_true",
+        "--no-export-wiring",
+        action="store_true",
         help="do not wrap torch.export.export models in prepare_for_xnnpack nor swap "
         "XnnpackPartitioner for XnnpackFoldingPartitioner",
     )
     parser.add_argument(
-        "--force", action="store_true",
+        "--force",
+        action="store_true",
         help="migrate even files that use legacy state_dict keys or attributes "
         "(weight_g, weight_v, weight_orig, ...)",
     )
     parser.add_argument(
-        "-j", "--jobs", type=int, default=1, metavar="N",
+        "-j",
+        "--jobs",
+        type=int,
+        default=1,
+        metavar="N",
         help="worker processes (0 = one per CPU; default 1); output does not depend on N",
     )
     parser.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help=f"progress bar on stderr (default: on a TTY, for {PROGRESS_MIN_FILES}+ files)",
     )
 
@@ -144,7 +165,11 @@ def _run_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         force=args.force,
     )
     summary = run_codemod(
-        args.paths, options=options, mode=args.mode, jobs=args.jobs, progress=args.progress,
+        args.paths,
+        options=options,
+        mode=args.mode,
+        jobs=args.jobs,
+        progress=args.progress,
         transform=getattr(args, "transform", None),
     )
     _emit(summary, fmt=args.fmt, stdout=sys.stdout, stderr=sys.stderr)

@@ -63,12 +63,12 @@ def _lower_variant(variant: str, fixture: Fixture) -> tuple[bytes, int, str, flo
 
 def _max_abs_diff(outputs: list[Any], reference: Any) -> float:
     """Largest difference over every tensor output (models may return several)."""
-    expected = [t for t in torch.utils._pytree.tree_leaves(reference) if isinstance(t, torch.Tensor)]
+    expected = [
+        t for t in torch.utils._pytree.tree_leaves(reference) if isinstance(t, torch.Tensor)
+    ]
     got = [t for t in outputs if isinstance(t, torch.Tensor)]
     if len(got) != len(expected):
-        raise RuntimeError(
-            f"the program returned {len(got)} tensors, eager {len(expected)}"
-        )
+        raise RuntimeError(f"the program returned {len(got)} tensors, eager {len(expected)}")
     return max(
         (float((g.double() - e.double()).abs().max()) for g, e in zip(got, expected)),
         default=0.0,

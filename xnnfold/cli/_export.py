@@ -32,9 +32,7 @@ from xnnfold._exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 __all__ = ["add_export_parser", "load_spec", "run_export"]
 
 _PREFIX: Final = "xnnfold export"
-_RETURN_SHAPE: Final = (
-    "(model, example_inputs) or (model, example_inputs, dynamic_shapes)"
-)
+_RETURN_SHAPE: Final = "(model, example_inputs) or (model, example_inputs, dynamic_shapes)"
 # Frames of the import machinery and of this module, skipped when showing a user error.
 _OWN_FRAMES: Final = (
     __file__,
@@ -126,9 +124,7 @@ def _import_file(path: Path) -> ModuleType:
     name = path.stem
     existing = sys.modules.get(name)
     if existing is not None and getattr(existing, "__file__", None) != str(path):
-        name = (
-            _FILE_MODULE_PREFIX + name
-        )  # never shadow an imported module (torch.py, ...)
+        name = _FILE_MODULE_PREFIX + name  # never shadow an imported module (torch.py, ...)
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise UsageError(f"cannot load {str(path)!r} as a Python module")
@@ -145,9 +141,7 @@ def _import_file(path: Path) -> ModuleType:
 
 def _import_dotted(name: str) -> ModuleType:
     if not all(part.isidentifier() for part in name.split(".")):
-        raise UsageError(
-            f"{name!r} is neither a dotted module name nor a path to a .py file"
-        )
+        raise UsageError(f"{name!r} is neither a dotted module name nor a path to a .py file")
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as error:
@@ -188,9 +182,7 @@ def _resolve(module: ModuleType, attr: str, spec: str) -> Any:
 
 def _describe(value: Any) -> str:
     if isinstance(value, tuple):
-        return (
-            f"a tuple of {len(value)}: ({', '.join(type(v).__name__ for v in value)})"
-        )
+        return f"a tuple of {len(value)}: ({', '.join(type(v).__name__ for v in value)})"
     return f"a {type(value).__name__}"
 
 
@@ -201,8 +193,7 @@ def _call(factory: Any, spec: str) -> Any:
             signature.bind()
         except TypeError:
             raise UsageError(
-                f"{spec!r} takes required arguments {signature}; xnnfold export calls it "
-                "with none"
+                f"{spec!r} takes required arguments {signature}; xnnfold export calls it with none"
             ) from None
     try:
         return factory()
@@ -234,9 +225,7 @@ def load_spec(spec: str) -> tuple[Any, tuple[Any, ...], Optional[Any]]:
     )
     result = _call(_resolve(module, attr, spec), spec)
     if not isinstance(result, tuple) or len(result) not in (2, 3):
-        raise UsageError(
-            f"{spec}() must return {_RETURN_SHAPE}, got {_describe(result)}"
-        )
+        raise UsageError(f"{spec}() must return {_RETURN_SHAPE}, got {_describe(result)}")
     model, example_inputs = result[0], result[1]
     dynamic_shapes = result[2] if len(result) == 3 else None
     if not isinstance(model, nn.Module):
@@ -276,9 +265,7 @@ def run_export(args: argparse.Namespace) -> int:
     if output.is_dir():
         return _fail(f"-o {str(output)!r} is a directory; name the .pte file to write")
     if not output.parent.resolve().is_dir():
-        return _fail(
-            f"-o {str(output)!r}: directory {str(output.parent)!r} does not exist"
-        )
+        return _fail(f"-o {str(output)!r}: directory {str(output.parent)!r} does not exist")
     try:
         module_name, _ = _split_spec(args.spec)
     except UsageError as error:

@@ -37,9 +37,7 @@ def lower(
         )
     model = prepare_for_xnnpack(model)
     ep = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes)
-    return to_edge_transform_and_lower(
-        ep, partitioner=[partitioner or XnnpackFoldingPartitioner()]
-    )
+    return to_edge_transform_and_lower(ep, partitioner=[partitioner or XnnpackFoldingPartitioner()])
 
 
 def to_executorch(

@@ -155,8 +155,7 @@ ATEN_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
 # Every convolution op, ATen (before to_edge) and edge: the readers of a kernel that
 # XNNPACK takes beside a 2D convolution on it (`_arguments.shared_kernel_problem`).
 CONVOLUTION_TARGETS: Final[frozenset[object]] = frozenset(
-    {op for op, positions in ATEN_GEMM_ARGS.items() if positions == (1, 2)}
-    - {aten.linear.default}
+    {op for op, positions in ATEN_GEMM_ARGS.items() if positions == (1, 2)} - {aten.linear.default}
 ) | {edge.convolution.default}
 
 # The edge permute: before an mm or addmm weight, XNNPACK's ConvertToLinearPass reads it

@@ -28,6 +28,4 @@ class FoldOptions:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_fold_nodes, int) or self.max_fold_nodes < 1:
-            raise ValueError(
-                f"max_fold_nodes must be an int >= 1, got {self.max_fold_nodes!r}"
-            )
+            raise ValueError(f"max_fold_nodes must be an int >= 1, got {self.max_fold_nodes!r}")

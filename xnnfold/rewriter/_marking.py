@@ -113,9 +113,7 @@ def find_sites(model: nn.Module) -> list[FoldSite]:
                 sites.append(FoldSite(path, tensor, _parametrization_kind(plist)))
         for hook in _legacy_hooks(module):
             kind = (
-                LEGACY_WEIGHT_NORM
-                if isinstance(hook, _LegacyWeightNorm)
-                else LEGACY_SPECTRAL_NORM
+                LEGACY_WEIGHT_NORM if isinstance(hook, _LegacyWeightNorm) else LEGACY_SPECTRAL_NORM
             )
             sites.append(FoldSite(path, hook.name, kind))
     return sites

@@ -75,9 +75,7 @@ def _source_tensor(ep: ExportedProgram, fqns: dict[str, str], node: Node) -> tor
         if tensor is None:
             tensor = ep.constants.get(fqn)
     if not isinstance(tensor, torch.Tensor):
-        raise RuntimeError(
-            f"xnnfold: no data for constant '{node.name}' in the delegate's program"
-        )
+        raise RuntimeError(f"xnnfold: no data for constant '{node.name}' in the delegate's program")
     return tensor
 
 
@@ -207,6 +205,7 @@ def _unique_name(taken: set[str], base: str) -> str:
     taken.add(name)
     return name
 
+
 # Frozen, so one shared default is safe.
 _DEFAULT_OPTIONS: Final = FoldOptions()
 
@@ -305,11 +304,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                 value,
             )
         folded.meta.update(
-            {
-                k: v
-                for k, v in computation.root.meta.items()
-                if k in PROVENANCE_META_KEYS
-            }
+            {k: v for k, v in computation.root.meta.items() if k in PROVENANCE_META_KEYS}
         )
         # create_constant_placeholder stores the data under the node's name; later steps
         # (addmm's scales) read it back through the same map as any other constant.

@@ -63,9 +63,7 @@ def keepable(op: torch._ops.OpOverload) -> bool:
         return False
     schema = op._schema
     return (
-        not schema.is_mutable
-        and len(schema.returns) == 1
-        and schema.returns[0].alias_info is None
+        not schema.is_mutable and len(schema.returns) == 1 and schema.returns[0].alias_info is None
     )
 
 
@@ -100,8 +98,7 @@ def shapes_rejected(node: Node) -> bool:
     values.append(node.meta.get(VAL_META_KEY))
     # Unbacked first: the size of such a tensor cannot be compared without a guard error.
     return any(
-        isinstance(value, torch.Tensor)
-        and (has_free_unbacked_symbols(value) or value.numel() == 0)
+        isinstance(value, torch.Tensor) and (has_free_unbacked_symbols(value) or value.numel() == 0)
         for value in values
     )
 
@@ -299,9 +296,7 @@ def aten_plan(
                 isinstance(arg, Node) and arg in run_time
                 for arg in (node.args[i] for i in declined if i < len(node.args))
             )
-            if any(
-                constant_computation(ep, node, i) for i in (positions if whole else declined)
-            ):
+            if any(constant_computation(ep, node, i) for i in (positions if whole else declined)):
                 not_folding.add(node.name)
             continue
         for result in results.values():

@@ -94,7 +94,6 @@ def written_elsewhere(
     return None
 
 
-
 class FoldingGEMMMixin:
     """Accepts a GEMM whose fp32 weight or bias is a foldable computation of constants.
 
@@ -137,9 +136,13 @@ class FoldingGEMMMixin:
     target_name: str
 
     def arg_positions(self) -> tuple[int, ...]:
-        return (self.weight_idx,) if self.bias_idx is None else (
-            self.weight_idx,
-            self.bias_idx,
+        return (
+            (self.weight_idx,)
+            if self.bias_idx is None
+            else (
+                self.weight_idx,
+                self.bias_idx,
+            )
         )
 
     def computation(
@@ -147,7 +150,9 @@ class FoldingGEMMMixin:
     ) -> Union[WeightComputation, Rejection, None]:
         """The shared predicate, for this GEMM's argument layout."""
         result = self._find(node, arg_index, ep, stored_elsewhere=self.stored_elsewhere)
-        if isinstance(result, Rejection) and (self.stored_elsewhere or self.non_folding - {node.name}):
+        if isinstance(result, Rejection) and (
+            self.stored_elsewhere or self.non_folding - {node.name}
+        ):
             alone = self._find(node, arg_index, ep, sizes=False)
             written = written_elsewhere(alone, ep, self.written_buffers)
             if written is not None:
@@ -221,9 +226,7 @@ class FoldingGEMMMixin:
         partitioner kept undecomposed (decided before other methods were seen)."""
         for index in self.arg_positions():
             result = self._find(node, index, ep, sizes=False)
-            if isinstance(result, WeightComputation) and any(
-                is_preserved(n) for n in result.nodes
-            ):
+            if isinstance(result, WeightComputation) and any(is_preserved(n) for n in result.nodes):
                 return True
         return False
 
@@ -324,9 +327,7 @@ class FoldingGEMMMixin:
                 )
         return None
 
-    def check_constraints(
-        self, node: Node, ep: ExportedProgram
-    ) -> bool:
+    def check_constraints(self, node: Node, ep: ExportedProgram) -> bool:
         problem = self._written_static_problem(node, ep) or self._argument_problem(node, ep)
         if problem is not None:
             why(node, problem)
@@ -351,9 +352,7 @@ class FoldingGEMMMixin:
                 folded[index] = result.site
         return folded
 
-    def get_node_and_deps(
-        self, node: Node, ep: ExportedProgram
-    ) -> list[Node]:
+    def get_node_and_deps(self, node: Node, ep: ExportedProgram) -> list[Node]:
         partition = super().get_node_and_deps(node, ep)  # type: ignore[misc]
         # Marked only here, on the accept path: check_constraints also runs for GEMMs
         # that end up declined, and a mark must mean "this GEMM's partition folds".
@@ -502,7 +501,6 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
         ) or self._permuted_weight_problem(node, ep)
 
 
-
 class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):
     """`MMConfig` that folds a computed right-hand matrix (`x @ W.t()`)."""
 
@@ -519,7 +517,6 @@ FOLDING_GEMM_CONFIGS: dict[type[XNNPartitionerConfig], type[XNNPartitionerConfig
     AddmmConfig: FoldingAddmmConfig,
     MMConfig: FoldingMMConfig,
 }
-
 
 
 def check_replacements() -> None:

@@ -36,9 +36,7 @@ __all__ = ["decomposed_ops", "filter_is_redundant"]
 def decomposed_ops() -> frozenset[torch._ops.OpOverload]:
     """The ops of the table `to_edge_transform_and_lower` decomposes with."""
     return frozenset(
-        op
-        for op in default_decomposition_table()
-        if isinstance(op, torch._ops.OpOverload)
+        op for op in default_decomposition_table() if isinstance(op, torch._ops.OpOverload)
     )
 
 

@@ -56,6 +56,7 @@ def contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> boo
 
 def _between(group: set[Node]) -> set[Node]:
     """Nodes outside ``group`` on a path from one of its nodes to another."""
+
     def below(node: Node) -> list[Node]:
         return [u for u in node.users if u not in group]
 

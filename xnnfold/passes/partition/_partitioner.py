@@ -232,9 +232,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def __init__(
         self,
         configs: Optional[list[type[XNNPartitionerConfig]]] = None,
-        config_precisions: Optional[
-            Union[ConfigPrecisionType, list[ConfigPrecisionType]]
-        ] = None,
+        config_precisions: Optional[Union[ConfigPrecisionType, list[ConfigPrecisionType]]] = None,
         per_op_mode: bool = False,
         verbose: bool = False,
         *,
@@ -361,8 +359,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             # A source nothing else reads costs nothing to claim; one that something else
             # reads and no partition holds yet would be copied once claimed.
             if not all(
-                source in group_of or set(source.users) <= members
-                for source in computation.sources
+                source in group_of or set(source.users) <= members for source in computation.sources
             ):
                 continue
             copied = [s for s in computation.sources if _copy_freed(s, members, group_of)]
@@ -389,8 +386,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 continue
             marks = node.meta.get(FOLD_META_KEY, {}) if node in members else {}
             if any(
-                index not in marks and constant_computation(ep, node, index)
-                for index in positions
+                index not in marks and constant_computation(ep, node, index) for index in positions
             ):
                 found.add(node.name)
         return frozenset(found)

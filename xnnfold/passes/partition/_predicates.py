@@ -352,7 +352,7 @@ def _readers(node: Node) -> list[Node]:
 
 
 def _op_identity(target: object) -> object:
-    """"_weight_norm.default" for the ATen op, its edge wrapper, and the copy executorch
+    """ "_weight_norm.default" for the ATen op, its edge wrapper, and the copy executorch
     keeps out of decomposition under another namespace while it decomposes the rest."""
     op = op_overload(target)
     if op is None:
@@ -768,7 +768,9 @@ class _Argument:
         )
 
 
-def _run_time_rule(*, arg: _Argument, cmap: _ConstantMap, site: Optional[str]) -> Optional[Rejection]:
+def _run_time_rule(
+    *, arg: _Argument, cmap: _ConstantMap, site: Optional[str]
+) -> Optional[Rejection]:
     """XNF501: the argument is not computed from constants alone."""
     if cmap.constant.get(arg.root.name, False):
         return None
@@ -793,8 +795,10 @@ def _walked_nodes_rule(
     """
     for node in closure:
         if node.op == "placeholder":
-            problem = None if cmap.constant.get(node.name, False) else (
-                f"'{node.name}' is not a constant"
+            problem = (
+                None
+                if cmap.constant.get(node.name, False)
+                else (f"'{node.name}' is not a constant")
             )
         elif node.op == "call_function":
             problem = _op_problem(node)
@@ -855,7 +859,9 @@ def _other_readers_rule(
             what = (
                 "computed " + role
                 if node is root
-                else "source" if node.op == "placeholder" else "intermediate"
+                else "source"
+                if node.op == "placeholder"
+                else "intermediate"
             )
             return arg.reject(
                 OTHER_READER,
@@ -885,11 +891,7 @@ def _size_rule(
     role, root = arg.role, arg.root
     max_nodes = options.max_fold_nodes
     elsewhere = (
-        frozenset(
-            name
-            for name, fqn in cmap.fqns.items()
-            if fqn in stored_elsewhere
-        )
+        frozenset(name for name, fqn in cmap.fqns.items() if fqn in stored_elsewhere)
         if stored_elsewhere
         else frozenset()
     )
@@ -945,10 +947,7 @@ def _size_rule(
             if any(_used_as_gemm_weight(kept, user) for user in kept.users)
             else "stored for another method of the program"
         )
-        why_not = (
-            f"source '{kept.name}' is also {where}, so folding frees "
-            "nothing of it"
-        )
+        why_not = f"source '{kept.name}' is also {where}, so folding frees nothing of it"
     else:
         why_not = f"its sources {freed} bytes"
     takes = (

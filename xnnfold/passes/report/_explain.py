@@ -115,7 +115,7 @@ class ExplainReport:
 
 
 def _gemm_name(node: Node) -> Optional[str]:
-    """"mm" for aten.mm in any dialect or overload (mm.default, mm.out), else None."""
+    """ "mm" for aten.mm in any dialect or overload (mm.default, mm.out), else None."""
     if node.op != "call_function":
         return None
     op = op_overload(node.target)
@@ -140,13 +140,19 @@ def _computed(node: Node) -> bool:
 def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
     marks = node.meta.get(FOLD_META_KEY) or {}
     positions = _positions(node)
-    folded = tuple(
-        arg_role(positions, index) for index in sorted(marks, key=positions.index)
-    )
+    folded = tuple(arg_role(positions, index) for index in sorted(marks, key=positions.index))
     site = next((s for s in marks.values() if s), None)
     return GemmRow(
-        method, node.name, _gemm_name(node) or "", module_path(node), True, backend,
-        folded, site, _computed(node) or bool(folded), node.meta.get(REASON_META_KEY),
+        method,
+        node.name,
+        _gemm_name(node) or "",
+        module_path(node),
+        True,
+        backend,
+        folded,
+        site,
+        _computed(node) or bool(folded),
+        node.meta.get(REASON_META_KEY),
         node.meta.get(REASON_CODE_META_KEY),
     )
 
@@ -160,8 +166,17 @@ def _outside_row(method: str, node: Node) -> GemmRow:
             site = site or site_of(arg)
     reason = node.meta.get(REASON_META_KEY) or _NO_REASON
     return GemmRow(
-        method, node.name, _gemm_name(node) or "", module_path(node), False, None,
-        (), site, computed, reason, node.meta.get(REASON_CODE_META_KEY),
+        method,
+        node.name,
+        _gemm_name(node) or "",
+        module_path(node),
+        False,
+        None,
+        (),
+        site,
+        computed,
+        reason,
+        node.meta.get(REASON_CODE_META_KEY),
     )
 
 

@@ -48,6 +48,7 @@ def reads_parameters(node: Node, ep: ExportedProgram) -> bool:
     weight, from an attention operand (``k.transpose(-1, -2)``), which reaches parameters
     only through the projection GEMM that produced it.
     """
+
     def inputs(current: Node) -> list[Node]:
         if current.op == "placeholder" or (current is not node and is_gemm(current)):
             return []

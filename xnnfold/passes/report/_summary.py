@@ -28,8 +28,7 @@ class ProgramSummary:
         if not self.outside_ops:
             return "none"
         return ", ".join(
-            f"{name}" if n == 1 else f"{name} x{n}"
-            for name, n in sorted(self.outside_ops.items())
+            f"{name}" if n == 1 else f"{name} x{n}" for name, n in sorted(self.outside_ops.items())
         )
 
 

@@ -40,6 +40,7 @@ class XnnfoldCodemod(CodemodCommand):
         "sites; migrate legacy torch.nn.utils.weight_norm to parametrizations and wire "
         "XNNPACK lowering to xnnfold."
     )
+
     def __init__(
         self,
         context: CodemodContext,

@@ -95,6 +95,7 @@ _NOTEBOOK_SUFFIX: Final = ".ipynb"
 _PY_SUFFIX: Final = ".py"
 _TMP_SUFFIX: Final = ".xnnfold-tmp"
 
+
 def trigger_pattern(
     words: Optional[Iterable[Union[str, bytes]]] = None,
     identifiers: Optional[Iterable[Union[str, bytes]]] = None,
@@ -113,12 +114,18 @@ def trigger_pattern(
         identifiers = _rules.TRIGGER_IDENTIFIERS if identifiers is None else identifiers
 
     def alternatives(items: Iterable[Union[str, bytes]]) -> bytes:
-        encoded = sorted({i.encode() if isinstance(i, str) else i for i in items}, key=len, reverse=True)
+        encoded = sorted(
+            {i.encode() if isinstance(i, str) else i for i in items}, key=len, reverse=True
+        )
         return b"|".join(re.escape(i) for i in encoded) or b"(?!)"
 
     return re.compile(
-        b"(?:" + alternatives(words) + b")"
-        + b"|(?<![A-Za-z0-9_])(?:" + alternatives(identifiers) + b")(?![A-Za-z0-9_])"
+        b"(?:"
+        + alternatives(words)
+        + b")"
+        + b"|(?<![A-Za-z0-9_])(?:"
+        + alternatives(identifiers)
+        + b")(?![A-Za-z0-9_])"
     )
 
 
@@ -227,7 +234,9 @@ class CodemodSummary:
                 for path, f in self.findings
             ],
             changed_key: list(self.changed),
-            "failed": [{"path": f.path, "status": f.status, "reason": f.reason} for f in self.failed],
+            "failed": [
+                {"path": f.path, "status": f.status, "reason": f.reason} for f in self.failed
+            ],
             "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
             "pruned_dirs": list(self.pruned_dirs),
             "summary": {
@@ -452,7 +461,9 @@ def _process(
         with open(target.write_path, "rb") as handle:
             code = handle.read()
     except OSError as error:
-        return FileReport(path, STATUS_ERROR, reason=f"cannot read: {error.strerror or error}"), False
+        return FileReport(
+            path, STATUS_ERROR, reason=f"cannot read: {error.strerror or error}"
+        ), False
     if prefilter is not None and prefilter.search(code) is None and _compiles(code):
         # Nothing to rewrite and it parses: the rules would find nothing. A file that
         # Python 3.11 cannot compile still goes to the rules, which decide whether it is
@@ -466,7 +477,9 @@ def _process(
     except UnparseableSource as error:
         return FileReport(path, STATUS_UNPARSEABLE, reason=error.reason), False
     except (UnicodeDecodeError, SyntaxError) as error:
-        return FileReport(path, STATUS_UNPARSEABLE, reason=f"{type(error).__name__}: {error}"), False
+        return FileReport(
+            path, STATUS_UNPARSEABLE, reason=f"{type(error).__name__}: {error}"
+        ), False
     except Exception as error:
         reason = f"internal error in the codemod rules: {type(error).__name__}: {error}"
         return FileReport(path, STATUS_ERROR, reason=reason), False
@@ -674,7 +687,8 @@ def format_summary(summary: CodemodSummary) -> str:
     if summary.skipped:
         counts.append(f"{len(summary.skipped)} skipped")
     lines = [
-        f"xnnfold codemod ({summary.mode}): " + ", ".join(counts)
+        f"xnnfold codemod ({summary.mode}): "
+        + ", ".join(counts)
         + f"; {_plural(len(summary.findings), 'finding', 'findings')}; "
         f"{_plural(len(summary.pruned_dirs), 'directory', 'directories')} pruned; "
         f"{summary.elapsed_s:.1f} s"

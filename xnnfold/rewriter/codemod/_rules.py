@@ -95,7 +95,9 @@ class _Legacy:
 
 _LEGACY: Final[dict[str, _Legacy]] = {}
 # cast: the function `_code` below rebinds this loop variable; mypy must not type it as str.
-for _family, _code, _rcode in cast(Any, ((WEIGHT_NORM, "XNF101", "XNF102"), (SPECTRAL_NORM, "XNF103", "XNF104"))):
+for _family, _code, _rcode in cast(
+    Any, ((WEIGHT_NORM, "XNF101", "XNF102"), (SPECTRAL_NORM, "XNF103", "XNF104"))
+):
     _apply = _Legacy(_code, _family, False, _PARAMETRIZATIONS, _family)
     _remove = _Legacy(_rcode, _family, True, _PARAMETRIZE, "remove_parametrizations")
     # The function is re-exported by torch.nn.utils; its defining module works too.
@@ -452,12 +454,19 @@ class _Analysis(cst.CSTVisitor):
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        if node.module is not None and not node.relative and not isinstance(node.names, cst.ImportStar):
+        if (
+            node.module is not None
+            and not node.relative
+            and not isinstance(node.names, cst.ImportStar)
+        ):
             module = get_full_name_for_node(node.module)
             self._conditional_import(
                 node,
                 (
-                    (f"{module}.{alias.evaluated_name}", alias.evaluated_alias or alias.evaluated_name)
+                    (
+                        f"{module}.{alias.evaluated_name}",
+                        alias.evaluated_alias or alias.evaluated_name,
+                    )
                     for alias in node.names
                 ),
             )
@@ -655,7 +664,9 @@ class _Analysis(cst.CSTVisitor):
         positional = [a for a in call.args if a.keyword is None and not a.star]
         arguments = [positional[i].value for i in _GEMMS[name] if i < len(positional)]
         arguments += [
-            a.value for a in call.args if a.keyword is not None and a.keyword.value in _GEMM_KEYWORDS
+            a.value
+            for a in call.args
+            if a.keyword is not None and a.keyword.value in _GEMM_KEYWORDS
         ]
         # A conv/linear names its weight; a matmul's operands may both be activations, so
         # only operands computed from attributes alone count there.
@@ -723,8 +734,10 @@ def _removal_args(args: Sequence[cst.Arg]) -> Optional[list[cst.Arg]]:
         return None
     name = positional[1] if len(positional) > 1 else keywords.get("name")
     last = args[-1].comma
-    comma = module.comma if isinstance(module.comma, cst.Comma) else cst.Comma(
-        whitespace_after=cst.SimpleWhitespace(" ")
+    comma = (
+        module.comma
+        if isinstance(module.comma, cst.Comma)
+        else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
     )
     first = module.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT, comma=comma)
     value = name.value if name is not None else cst.SimpleString('"weight"')
@@ -766,7 +779,9 @@ class _Rewrite(ContextAwareTransformer):
         self.imports[name] = needed
         return cst.Name(name)
 
-    def _callee(self, site: _Site, original: cst.BaseExpression, updated: cst.BaseExpression) -> cst.BaseExpression:
+    def _callee(
+        self, site: _Site, original: cst.BaseExpression, updated: cst.BaseExpression
+    ) -> cst.BaseExpression:
         legacy = site.legacy
         assert legacy is not None
         if site.on_utils and isinstance(updated, cst.Attribute):
@@ -1000,14 +1015,20 @@ def _enabled(family: str, options: CodemodOptions) -> bool:
     return options.migrate_weight_norm if family == WEIGHT_NORM else options.migrate_spectral_norm
 
 
-def _export_messages(analysis: _Analysis, options: CodemodOptions) -> tuple[list[_Site], list[_Site]]:
+def _export_messages(
+    analysis: _Analysis, options: CodemodOptions
+) -> tuple[list[_Site], list[_Site]]:
     """Set export-site messages; return the export calls and partitioners to rewrite."""
     wire = options.wire_export and analysis.lowers_to_xnnpack
     exports: list[_Site] = []
     for site in analysis.exports:
         call = site.call
         assert call is not None
-        first = call.args[0] if call.args and call.args[0].keyword is None and not call.args[0].star else None
+        first = (
+            call.args[0]
+            if call.args and call.args[0].keyword is None and not call.args[0].star
+            else None
+        )
         if first is None:
             site.message = "torch.export.export: model argument not positional; wire it by hand"
         elif first.value in analysis.prepare_calls or _code(first.value) in analysis.prepared:
@@ -1241,7 +1262,9 @@ def transform_source(code: bytes, *, options: CodemodOptions, rewrite: bool = Tr
     try:
         module = cst.parse_module(code)
     except cst.ParserSyntaxError as error:
-        raise UnparseableSource(f"syntax error: {error.message} (line {error.raw_line}, column {error.raw_column})") from error
+        raise UnparseableSource(
+            f"syntax error: {error.message} (line {error.raw_line}, column {error.raw_column})"
+        ) from error
     except (UnicodeDecodeError, LookupError, SyntaxError, ValueError) as error:
         raise UnparseableSource(f"cannot decode or parse: {error}") from error
     try:

@@ -106,6 +106,7 @@ def test_export_prints_no_upstream_import_noise(tmp_path: Path) -> None:
 
 
 @pytest.mark.runtime
+@pytest.mark.slow
 def test_verbose_shows_what_the_default_hides(tmp_path: Path) -> None:
     verbose = _export(tmp_path, "--verbose")
     assert verbose.returncode == 0, verbose.stderr

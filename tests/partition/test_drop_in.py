@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Final
 
 import pytest
 import torch
@@ -95,8 +95,23 @@ def _lower(factory: Factory, path: str, *, dynamic: bool, **options: Any) -> tup
     return edge.to_executorch().buffer, _delegates(edge)
 
 
-@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
-@pytest.mark.parametrize("path", PATHS)
+# The fast tier keeps one static and one dynamic path; the full tier runs all eight.
+FAST_PATHS: Final = {("list", False), ("to_backend", True)}
+
+
+@pytest.mark.parametrize(
+    ("path", "dynamic"),
+    [
+        pytest.param(
+            path,
+            dynamic,
+            id=f"{path}-{'dynamic' if dynamic else 'static'}",
+            marks=() if (path, dynamic) in FAST_PATHS else pytest.mark.slow,
+        )
+        for path in PATHS
+        for dynamic in (False, True)
+    ],
+)
 def test_nothing_to_fold_lowers_byte_identically_to_stock(path: str, dynamic: bool) -> None:
     stock, stock_delegates = _lower(XnnpackPartitioner, path, dynamic=dynamic)
     ours, delegates = _lower(XnnpackFoldingPartitioner, path, dynamic=dynamic)

@@ -171,6 +171,7 @@ class _Packed(nn.Module):
         )
 
 
+@pytest.mark.slow  # the rule itself: the predicate-level test below, in the fast tier
 @pytest.mark.parametrize(("pieces", "folded"), [(20, 20), (21, 0)])
 def test_shared_sources_fold_up_to_four_times_max_fold_nodes(pieces: int, folded: int) -> None:
     # 5 + 19 = 24 nodes share the sources at 20 pieces: exactly 4 * max_fold_nodes.

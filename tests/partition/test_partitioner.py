@@ -63,7 +63,9 @@ PLAIN = {
 }
 
 
-@pytest.mark.parametrize("name", PLAIN)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=() if n == "convs" else pytest.mark.slow) for n in PLAIN]
+)
 def test_no_computed_weights_gives_a_byte_identical_pte(name: str) -> None:
     build, inputs = PLAIN[name]
     torch.manual_seed(0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
@@ -124,6 +125,27 @@ def test_the_stock_exporter_is_restored_after_a_raising_export() -> None:
         export(model, {**_inputs(), "labels": torch.zeros(1, 3, dtype=torch.long)})
     assert _stock_exporter_state() == before
     assert not xnnfold.is_prepared(model)
+
+
+def test_the_swapped_preparation_acts_only_on_the_exporting_thread() -> None:
+    _transformers()
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from transformers.exporters.exporter_executorch import prepare_for_xnnpack
+
+    from xnnfold.integrations._transformers import _FoldingPreparation
+
+    preparation = _FoldingPreparation(
+        prepare_for_xnnpack, XnnpackPartitioner, thread=threading.get_ident()
+    )
+    elsewhere: list[Any] = []
+    other = threading.Thread(
+        target=lambda: elsewhere.extend(preparation(_model("wav2vec2"), _inputs())[2])
+    )
+    other.start()
+    other.join()
+    here = preparation(_model("wav2vec2"), _inputs())[2]
+    assert [type(p) for p in elsewhere] == [XnnpackPartitioner]
+    assert [type(p) for p in here] == [xnnfold.XnnpackFoldingPartitioner]
 
 
 # --- full tier: through the exporter ---

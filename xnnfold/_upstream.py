@@ -1,10 +1,11 @@
-"""The one seam to executorch, torch and libcst internals, and the releases it was written for.
+"""The one seam to executorch, torch, transformers and libcst internals, and their releases.
 
 xnnfold extends executorch's XNNPACK backend where it has no public seam: it overrides the
 GEMM configs' dependency hooks, wraps `XnnpackBackend.preprocess`, reads executorch's
-decomposition table, and reads a few private torch and libcst names. A release outside
-the tested range may have moved any of these, and a partitioner built on a moved hook
-could silently behave like stock, or worse. So every private name is imported here and
+decomposition table, and reads a few private torch and libcst names; its transformers
+integration swaps an entry of transformers' ExecuTorch backend-preparation table. A
+release outside the tested range may have moved any of these, and a partitioner built on
+a moved hook could silently behave like stock, or worse. So every private name is imported here and
 nowhere else:
 
 - `INTERNALS` lists each private module-level name, loaded on first use (``from
@@ -21,7 +22,7 @@ from __future__ import annotations
 import importlib
 import logging
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Final, Optional, TYPE_CHECKING
+from typing import Any, Callable, Final, Optional, TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
     )
     from torch.utils._pytree import tree_flatten
 
+    # transformers.exporters.exporter_executorch._BACKEND_PREPARE: backend name ->
+    # (model, sample_inputs) -> (model, sample_inputs, partitioners).
+    transformers_backend_prepare: dict[str, Callable[..., Any]]
+
 __all__ = [
     "DEFAULT_COMBINATION",
     "EXECUTORCH_RANGE",
@@ -63,6 +68,7 @@ __all__ = [
     "optional_internal",
     "real_value_of_fake",
     "set_graph_signature",
+    "transformers_backend_prepare",
     "tree_flatten",
     "unset_fake_temporarily",
     "TESTED",
@@ -144,12 +150,20 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
     "SpectralNormParametrization": ("torch", "torch.nn.utils.parametrizations", "_SpectralNorm"),
     "OrthogonalParametrization": ("torch", "torch.nn.utils.parametrizations", "_Orthogonal"),
     "LazyValue": ("libcst", "libcst._metadata_dependent", "LazyValue"),
+    # Optional: only xnnfold.integrations.transformers reads it, after checking that
+    # transformers is installed.
+    "transformers_backend_prepare": (
+        "transformers",
+        "transformers.exporters.exporter_executorch",
+        "_BACKEND_PREPARE",
+    ),
 }
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {
     "executorch": _listing(TESTED["executorch"]),
     "torch": _listing(TESTED["torch"]),
     "libcst": "1.9",
+    "transformers": "5.24.0",
 }
 
 # (module, attribute path) of every private class attribute the folding partitioner and

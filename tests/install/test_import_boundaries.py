@@ -20,6 +20,9 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
     "xnnfold.rewriter.codemod._driver": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._command": ("torch", "executorch"),
     "xnnfold.cli": ("torch", "executorch", "libcst"),
+    # transformers' exporter (seconds to import) is imported when `export` is called
+    "xnnfold.integrations": ("torch", "executorch", "libcst", "transformers"),
+    "xnnfold.integrations.transformers": ("torch", "executorch", "libcst", "transformers"),
 }
 
 _PROBE = """

@@ -1,8 +1,10 @@
-"""The one seam: every private executorch, torch and libcst name is imported in `_upstream`."""
+"""The one seam: every private executorch, torch, transformers and libcst name is imported in
+`_upstream`."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,12 +13,35 @@ from xnnfold import _upstream
 from xnnfold._upstream import INTERNALS, UnsupportedRelease
 
 PACKAGE = Path(_upstream.__file__).parent
-_UPSTREAM_PACKAGES = ("executorch", "torch", "libcst")
+_UPSTREAM_PACKAGES = ("executorch", "torch", "libcst", "transformers")
+# Packages only an optional integration reads: absent from some supported installs.
+_OPTIONAL_PACKAGES = ("transformers",)
 
 
 @pytest.mark.parametrize("name", INTERNALS)
 def test_every_internal_imports_on_this_release(name: str) -> None:
+    package = INTERNALS[name][0]
+    if package in _OPTIONAL_PACKAGES and importlib.util.find_spec(package) is None:
+        pytest.skip(f"{package} is not installed here (an optional extra)")
     assert getattr(_upstream, name) is not None
+
+
+def test_the_transformers_internal_is_the_exporters_backend_table() -> None:
+    pytest.importorskip("transformers")
+    from transformers.exporters.exporter_executorch import prepare_for_xnnpack
+
+    assert _upstream.transformers_backend_prepare["xnnpack"] is prepare_for_xnnpack
+
+
+def test_a_moved_transformers_internal_names_the_release_it_was_written_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytest.importorskip("transformers")
+    monkeypatch.setitem(
+        INTERNALS, "moved", ("transformers", "transformers.exporters.exporter_executorch", "_gone")
+    )
+    with pytest.raises(UnsupportedRelease, match=r"written for transformers 5\.24\.0"):
+        _upstream.moved  # noqa: B018 - the access under test
 
 
 def test_a_moved_internal_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

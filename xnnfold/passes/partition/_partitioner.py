@@ -45,7 +45,7 @@ from xnnfold._meta import (
     REASON_CODE_META_KEY,
     REASON_META_KEY,
 )
-from xnnfold._upstream import check_releases, EdgeOpOverload, supports_bf16
+from xnnfold._upstream import check_releases, EdgeOpOverload, OpOverload, supports_bf16
 from xnnfold._upstream import installed_version as _installed
 from xnnfold.passes._codes import Problem, STOCK
 from xnnfold.passes._ops import (
@@ -435,7 +435,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
-    ) -> tuple[list[torch._ops.OpOverload], Optional[Callable[[Node], bool]]]:
+    ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
         """The stock ops and filter, plus the ops of foldable weight computations.
 
         When the filter would accept every instance it could be shown (see
@@ -458,14 +458,14 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     def _ops_to_not_decompose(
         self, ep: ExportedProgram
-    ) -> tuple[list[torch._ops.OpOverload], Optional[Callable[[Node], bool]]]:
+    ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
         for config in self._folding_configs():
             # The ATen-level filter asks the configs too; names decided for another
             # lowering's graph must not reach it.
             config.non_folding = config.fold_anyway = frozenset()
         ops, stock_filter = super().ops_to_not_decompose(ep)
         graph = ep.graph
-        preserved: dict[str, torch._ops.OpOverload] = {}
+        preserved: dict[str, OpOverload] = {}
         if self.fold:
             self._note_constants(ep)
             preserved = self._plan(ep).preserved

@@ -13,8 +13,14 @@ nowhere else:
   the codemod never imports torch; a name that moved raises `UnsupportedRelease` naming
   it, the installed release and the releases xnnfold was written for;
 - `UPSTREAM_NAMES` lists the private attributes xnnfold overrides or reads on upstream
-  objects; the folding partitioner checks them, with the releases, when it is built
-  (`check_releases`), and the accessors below are the only code that touches them.
+  classes; the folding partitioner checks them, with the releases, when it is built
+  (`check_releases`);
+- the accessors below (`aten_op_of`, `schema_of`, `overload_name_of`,
+  `forward_pre_hooks_of`, `conv_forward`, `set_graph_signature`) are the only code that
+  reads or writes a private attribute of an upstream object.
+
+`tests/install/test_upstream_seam.py` scans every other module for private imports and
+private attribute access.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ if TYPE_CHECKING:
         _default_decomposition_table as default_decomposition_table,
     )
     from libcst._metadata_dependent import LazyValue
+    from torch._ops import OpOverload
     from torch._subclasses.fake_tensor import is_fake, unset_fake_temporarily
     from torch.export import ExportedProgram
     from torch.export.graph_signature import ExportGraphSignature
@@ -45,7 +52,7 @@ if TYPE_CHECKING:
     from torch.nn.utils.parametrizations import (
         _WeightNorm as WeightNormParametrization,
     )
-    from torch.utils._pytree import tree_flatten
+    from torch.utils._pytree import tree_flatten, tree_leaves
 
     # transformers.exporters.exporter_executorch._BACKEND_PREPARE: backend name ->
     # (model, sample_inputs) -> (model, sample_inputs, partitioners).
@@ -57,19 +64,25 @@ __all__ = [
     "INTERNALS",
     "EdgeOpOverload",
     "LazyValue",
+    "OpOverload",
     "OrthogonalParametrization",
     "SpectralNormParametrization",
     "WeightNormParametrization",
     "XNNPACKPass",
     "aten_op_of",
+    "conv_forward",
     "default_decomposition_table",
     "exir_ops",
+    "forward_pre_hooks_of",
     "is_fake",
     "optional_internal",
+    "overload_name_of",
     "real_value_of_fake",
+    "schema_of",
     "set_graph_signature",
     "transformers_backend_prepare",
     "tree_flatten",
+    "tree_leaves",
     "unset_fake_temporarily",
     "TESTED",
     "TESTED_COMBINATIONS",
@@ -143,8 +156,10 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
         "executorch.backends.xnnpack._passes.xnnpack_pass",
         "XNNPACKPass",
     ),
+    "OpOverload": ("torch", "torch._ops", "OpOverload"),
     "is_fake": ("torch", "torch._subclasses.fake_tensor", "is_fake"),
     "tree_flatten": ("torch", "torch.utils._pytree", "tree_flatten"),
+    "tree_leaves": ("torch", "torch.utils._pytree", "tree_leaves"),
     "unset_fake_temporarily": ("torch", "torch._subclasses.fake_tensor", "unset_fake_temporarily"),
     "WeightNormParametrization": ("torch", "torch.nn.utils.parametrizations", "_WeightNorm"),
     "SpectralNormParametrization": ("torch", "torch.nn.utils.parametrizations", "_SpectralNorm"),
@@ -168,7 +183,9 @@ _WRITTEN_FOR: Final[dict[str, str]] = {
 
 # (module, attribute path) of every private class attribute the folding partitioner and
 # the hook override or read. (The instance attributes the accessors below touch,
-# `EdgeOpOverload._op` and `ExportedProgram._graph_signature`, are checked by the tests.)
+# `EdgeOpOverload._op`, `OpOverload._schema` and `_overloadname`, `Module._forward_pre_hooks`,
+# `Conv2d._conv_forward` and `ExportedProgram._graph_signature`, are checked by
+# tests/install/test_upstream_seam.py.)
 UPSTREAM_NAMES: Final[tuple[tuple[str, str], ...]] = (
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_weight_deps"),
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_bias_deps"),
@@ -244,9 +261,36 @@ def optional_internal(name: str) -> Optional[Any]:
         return None
 
 
-def aten_op_of(target: EdgeOpOverload) -> torch._ops.OpOverload:
+def aten_op_of(target: EdgeOpOverload) -> OpOverload:
     """The ATen OpOverload an edge-dialect op wraps."""
     return target._op
+
+
+def schema_of(op: OpOverload) -> torch.FunctionSchema:
+    """An op's schema (name, mutability, returns); torch exposes it only as ``_schema``."""
+    return op._schema
+
+
+def overload_name_of(op: OpOverload) -> str:
+    """``"Tensor"`` for ``aten.add.Tensor``: the overload's name within its packet."""
+    return op._overloadname
+
+
+def forward_pre_hooks_of(module: torch.nn.Module) -> list[Callable[..., Any]]:
+    """The forward pre-hooks registered on ``module``, in the order they run (the legacy
+    ``weight_norm`` and ``spectral_norm`` are such hooks; torch lists them nowhere else)."""
+    return list(module._forward_pre_hooks.values())
+
+
+def conv_forward(
+    conv: torch.nn.Conv2d,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: Optional[torch.Tensor],
+) -> torch.Tensor:
+    """``conv``'s convolution of ``x`` with another weight and bias (its stride, padding,
+    dilation, groups and padding mode): what a Conv2d subclass computing its weight runs."""
+    return conv._conv_forward(x, weight, bias)
 
 
 def set_graph_signature(ep: ExportedProgram, signature: ExportGraphSignature) -> None:

@@ -17,6 +17,7 @@ import torch
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.exir import to_edge_transform_and_lower
 
+from xnnfold._upstream import tree_leaves
 from xnnfold.fixtures import Fixture
 from xnnfold.lowering._lower import lower
 from xnnfold.lowering._runtime import LoadedProgram
@@ -63,9 +64,7 @@ def _lower_variant(variant: str, fixture: Fixture) -> tuple[bytes, int, str, flo
 
 def _max_abs_diff(outputs: list[Any], reference: Any) -> float:
     """Largest difference over every tensor output (models may return several)."""
-    expected = [
-        t for t in torch.utils._pytree.tree_leaves(reference) if isinstance(t, torch.Tensor)
-    ]
+    expected = [t for t in tree_leaves(reference) if isinstance(t, torch.Tensor)]
     got = [t for t in outputs if isinstance(t, torch.Tensor)]
     if len(got) != len(expected):
         raise RuntimeError(f"the program returned {len(got)} tensors, eager {len(expected)}")

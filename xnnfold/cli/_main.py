@@ -14,6 +14,12 @@ from xnnfold.cli._noise import quiet_upstream_noise
 
 __all__ = ["main"]
 
+# The help of -v, accepted before or after the subcommand.
+_VERBOSE_HELP = (
+    "also show known-harmless upstream import warnings (torchao's CUDA-only "
+    "extensions, torch deprecation notices)"
+)
+
 
 def _demo(args: argparse.Namespace) -> int:
     # Imported here so that `xnnfold --help` answers without loading torch.
@@ -62,10 +68,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--verbose",
         action="store_true",
         default=argparse.SUPPRESS,
-        help="also show known-harmless upstream import warnings (torchao's CUDA-only "
-        "extensions, torch deprecation notices)",
+        help=_VERBOSE_HELP,
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help=verbose._actions[0].help)
+    parser.add_argument("-v", "--verbose", action="store_true", help=_VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo",

@@ -28,6 +28,7 @@ from torch.nn.utils.spectral_norm import SpectralNorm as _LegacySpectralNorm
 from torch.nn.utils.weight_norm import WeightNorm as _LegacyWeightNorm
 
 from xnnfold._meta import SITE_META_KEY
+from xnnfold._upstream import forward_pre_hooks_of
 from xnnfold._upstream import (
     OrthogonalParametrization as _Orthogonal,
 )
@@ -99,7 +100,7 @@ def _parametrization_kind(plist: nn.ModuleList) -> str:
 def _legacy_hooks(module: nn.Module) -> list[Any]:
     return [
         hook
-        for hook in module._forward_pre_hooks.values()
+        for hook in forward_pre_hooks_of(module)
         if isinstance(hook, (_LegacyWeightNorm, _LegacySpectralNorm))
     ]
 

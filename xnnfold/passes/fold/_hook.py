@@ -4,7 +4,7 @@ executorch has no seam for extra preprocess passes: `XnnpackBackend.preprocess` 
 own pass list, and backends are found by class name among `BackendDetails.__subclasses__()`,
 so a subclass would never be called. The smallest hook is to wrap the one static method.
 
-Lifecycle, the one piece of process-wide state xnnfold keeps:
+Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
 
 - importing xnnfold installs nothing; `XnnpackFoldingPartitioner` installs the hook when it
   marks a GEMM for folding, and `install_preprocess_hook()` does it by hand;

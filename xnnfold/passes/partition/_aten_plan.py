@@ -20,6 +20,7 @@ from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 
 from xnnfold._meta import VAL_META_KEY
+from xnnfold._upstream import OpOverload, schema_of
 from xnnfold.passes._codes import Problem
 from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BLOCKLIST
 from xnnfold.passes._options import FoldOptions
@@ -55,13 +56,13 @@ __all__ = [
 ]
 
 
-def keepable(op: torch._ops.OpOverload) -> bool:
+def keepable(op: OpOverload) -> bool:
     """Ops executorch can keep out of decomposition (no mutation, no aliasing, one
     output: `_remove_invalid_ops_for_not_decompose` drops multi-output ops such as
     `var_mean` with an "aliases output" warning, so asking for them only adds noise)."""
     if op in PRESERVE_BLOCKLIST or op not in decomposed_ops():
         return False
-    schema = op._schema
+    schema = schema_of(op)
     return (
         not schema.is_mutable and len(schema.returns) == 1 and schema.returns[0].alias_info is None
     )
@@ -194,7 +195,7 @@ class AtenPlan:
     that must be kept from decomposition, and the GEMMs that will not fold, whose
     computed weights and biases therefore keep reading their sources."""
 
-    preserved: dict[str, torch._ops.OpOverload]
+    preserved: dict[str, OpOverload]
     not_folding: frozenset[str]
 
 
@@ -232,7 +233,7 @@ def aten_plan(
     cached = cache.get(graph) if cache is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
-    preserved: dict[str, torch._ops.OpOverload] = {}
+    preserved: dict[str, OpOverload] = {}
     not_folding: set[str] = set()
     run_time: Optional[set[Node]] = None
     for node in graph.nodes:

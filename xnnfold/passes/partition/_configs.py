@@ -11,6 +11,7 @@ it into a constant at preprocess. Everything else is the stock config's decision
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any, cast, Optional, Sequence, Union
 
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
@@ -26,7 +27,7 @@ from executorch.backends.xnnpack.partition.config.xnnpack_config import (
 )
 from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
-from torch.fx import Node
+from torch.fx import Graph, Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
@@ -169,13 +170,14 @@ class FoldingGEMMMixin:
                 # kernel, so it must be delegated with them folded: correct, and the
                 # shared sources are stored beside the folded value (an intermediate
                 # another reader needs becomes an output of the delegate, computed there).
-                # `computation` runs many times per partitioning: say it once.
-                warned: set[tuple[int, str, int]] = self.__dict__.setdefault(
-                    "_warned_stored_twice", set()
+                # `computation` runs many times per partitioning: say it once per graph
+                # (held weakly: an id could be a dead graph's, and nothing outlives it).
+                said: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = (
+                    self.__dict__.setdefault("_warned_stored_twice", weakref.WeakKeyDictionary())
                 )
-                key = (id(ep.graph), node.name, arg_index)
-                if key not in warned:
-                    warned.add(key)
+                key = (node.name, arg_index)
+                if key not in said.setdefault(ep.graph, set()):
+                    said[ep.graph].add(key)
                     logger.warning(
                         "xnnfold: the %s of GEMM '%s' is folded although its sources are "
                         "also kept for another reader (another method, or a GEMM that does "

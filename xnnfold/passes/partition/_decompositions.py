@@ -20,12 +20,11 @@ from __future__ import annotations
 import functools
 from typing import Callable, Collection
 
-import torch
 from executorch.exir.graph_module import get_control_flow_submodules
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._upstream import default_decomposition_table, optional_internal
+from xnnfold._upstream import default_decomposition_table, OpOverload, optional_internal
 from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
 from xnnfold.passes.partition._predicates import op_overload
 
@@ -33,14 +32,12 @@ __all__ = ["decomposed_ops", "filter_is_redundant"]
 
 
 @functools.lru_cache(maxsize=1)
-def decomposed_ops() -> frozenset[torch._ops.OpOverload]:
+def decomposed_ops() -> frozenset[OpOverload]:
     """The ops of the table `to_edge_transform_and_lower` decomposes with."""
-    return frozenset(
-        op for op in default_decomposition_table() if isinstance(op, torch._ops.OpOverload)
-    )
+    return frozenset(op for op in default_decomposition_table() if isinstance(op, OpOverload))
 
 
-def _kept_by_executorch(ops: Collection[torch._ops.OpOverload]) -> bool:
+def _kept_by_executorch(ops: Collection[OpOverload]) -> bool:
     """True when executorch's filter path would keep every op in ``ops`` (it drops ops
     that alias their output or break in the EDGE_DO_NOT_DECOMP namespace; the path
     without a filter does not)."""
@@ -54,7 +51,7 @@ def _kept_by_executorch(ops: Collection[torch._ops.OpOverload]) -> bool:
 
 def filter_is_redundant(
     ep: ExportedProgram,
-    ops: Collection[torch._ops.OpOverload],
+    ops: Collection[OpOverload],
     accepts: Callable[[Node], bool],
 ) -> bool:
     """True when keeping every instance of ``ops`` gives the program that keeping only
@@ -67,7 +64,7 @@ def filter_is_redundant(
         return False
     kept = set(ops)
     decomposed = decomposed_ops()
-    present: set[torch._ops.OpOverload] = set()
+    present: set[OpOverload] = set()
     for node in ep.graph.nodes:
         if node.op != "call_function":
             continue

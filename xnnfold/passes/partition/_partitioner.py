@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-import threading
 import weakref
-from dataclasses import dataclass
 from typing import Any, Callable, cast, Optional, Sequence, Union
 
 import torch
@@ -45,7 +43,7 @@ from xnnfold._meta import (
     REASON_CODE_META_KEY,
     REASON_META_KEY,
 )
-from xnnfold._upstream import check_releases, EdgeOpOverload, supports_bf16
+from xnnfold._upstream import check_releases, EdgeOpOverload, OpOverload, supports_bf16
 from xnnfold._upstream import installed_version as _installed
 from xnnfold.passes._codes import Problem, STOCK
 from xnnfold.passes._ops import (
@@ -69,6 +67,7 @@ from xnnfold.passes.partition._configs import (
     FoldingGEMMMixin,
 )
 from xnnfold.passes.partition._decompositions import filter_is_redundant
+from xnnfold.passes.partition._facts import constant_facts, ConstantFact
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, DisjointSets
 from xnnfold.passes.partition._predicates import (
     analysis_scope,
@@ -96,65 +95,6 @@ ENABLE_BF16_OPTION = "enable_bf16"
 
 # What the configs write onto a GEMM they accept (cleared before each matching).
 _MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY)
-
-
-@dataclass
-class _ConstantFact:
-    """What the methods lowered so far do with one constant tensor."""
-
-    tensor: weakref.ref[torch.Tensor]
-    written: bool = False
-    stored: bool = False
-
-
-class _ConstantFacts:
-    """Constant tensors of the programs being lowered, by id (a WeakSet would compare
-    tensors with `==`), with what some method does with each: writes it (a buffer updated
-    by `set_gain`), or stores it whatever folds (an embedding table one method looks up
-    while another multiplies by it).
-
-    Shared by all folding partitioners of a thread: a dict of per-method partitioners
-    gives the reading and the writing method different instances. A lowering asks every
-    method's partitioners for ops_to_not_decompose, then partitions every method; the
-    first question after a partition therefore starts a new record, so one lowering's
-    facts do not decline the next one's folds. One record per thread: a lowering runs in
-    one thread, and another thread's lowering starting a record must not erase this
-    one's before it partitions.
-    """
-
-    def __init__(self) -> None:
-        self.by_id: dict[int, _ConstantFact] = {}
-        self.partitioned = False
-
-    def start_question(self) -> None:
-        if self.partitioned:
-            self.by_id.clear()
-            self.partitioned = False
-        for key in [k for k, fact in self.by_id.items() if fact.tensor() is None]:
-            del self.by_id[key]
-
-    def get(self, tensor: torch.Tensor) -> Optional[_ConstantFact]:
-        fact = self.by_id.get(id(tensor))
-        return fact if fact is not None and fact.tensor() is tensor else None
-
-    def record(self, tensor: torch.Tensor) -> _ConstantFact:
-        fact = self.get(tensor)
-        if fact is None:
-            fact = self.by_id[id(tensor)] = _ConstantFact(weakref.ref(tensor))
-        return fact
-
-
-class _ThreadFacts(threading.local):
-    def __init__(self) -> None:
-        self.facts = _ConstantFacts()
-
-
-_THREAD_FACTS = _ThreadFacts()
-
-
-def _constant_facts() -> _ConstantFacts:
-    """This thread's record (see `_ConstantFacts`)."""
-    return _THREAD_FACTS.facts
 
 
 def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> bool:
@@ -435,7 +375,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
-    ) -> tuple[list[torch._ops.OpOverload], Optional[Callable[[Node], bool]]]:
+    ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
         """The stock ops and filter, plus the ops of foldable weight computations.
 
         When the filter would accept every instance it could be shown (see
@@ -458,14 +398,14 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     def _ops_to_not_decompose(
         self, ep: ExportedProgram
-    ) -> tuple[list[torch._ops.OpOverload], Optional[Callable[[Node], bool]]]:
+    ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
         for config in self._folding_configs():
             # The ATen-level filter asks the configs too; names decided for another
             # lowering's graph must not reach it.
             config.non_folding = config.fold_anyway = frozenset()
         ops, stock_filter = super().ops_to_not_decompose(ep)
         graph = ep.graph
-        preserved: dict[str, torch._ops.OpOverload] = {}
+        preserved: dict[str, OpOverload] = {}
         if self.fold:
             self._note_constants(ep)
             preserved = self._plan(ep).preserved
@@ -507,16 +447,16 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             # executorch's check after lowering, on the edge program: this lowering is
             # partitioned already, and its facts must not outlive it.
             return
-        _constant_facts().start_question()
+        constant_facts().start_question()
         signature = ep.graph_signature
         mutated = set(signature.buffers_to_mutate.values())
-        facts: dict[str, _ConstantFact] = {}
+        facts: dict[str, ConstantFact] = {}
         for fqn in [*signature.parameters, *signature.buffers]:
             tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
             if not isinstance(tensor, torch.Tensor):
                 continue
             self._constant_tensors[fqn] = weakref.ref(tensor)
-            fact = facts[fqn] = _constant_facts().record(tensor)
+            fact = facts[fqn] = constant_facts().record(tensor)
             fact.written |= fqn in mutated
         # The plan below must see this lowering's facts only (this method's writes, what
         # the methods asked so far store), not what this instance kept from a previous
@@ -545,7 +485,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         stored: set[str] = set()
         for fqn, ref in self._constant_tensors.items():
             tensor = ref()
-            fact = _constant_facts().get(tensor) if tensor is not None else None
+            fact = constant_facts().get(tensor) if tensor is not None else None
             if fact is None:
                 continue
             if fact.written:
@@ -569,7 +509,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             # Facts of methods asked about after this partitioner last looked. (Not
             # `_note_constants`: the edge program holds copies of the tensors.)
             self._refresh_facts()
-        _constant_facts().partitioned = True
+        constant_facts().partitioned = True
         with collect_why_reasons(exported_program.graph_module) as stock_reasons:
             result = super().partition(exported_program)
         if self.fold:

@@ -35,7 +35,10 @@ from xnnfold._upstream import (
     aten_op_of,
     EdgeOpOverload,
     is_fake,
+    OpOverload,
+    overload_name_of,
     real_value_of_fake,
+    schema_of,
     unset_fake_temporarily,
 )
 from xnnfold.passes._codes import (
@@ -134,17 +137,17 @@ class Rejection:
     keep_stock: bool = False
 
 
-def op_overload(target: object) -> Optional[torch._ops.OpOverload]:
+def op_overload(target: object) -> Optional[OpOverload]:
     """The ATen-level OpOverload behind an ATen or edge-dialect target, else None."""
     if isinstance(target, EdgeOpOverload):
         return aten_op_of(target)
-    if isinstance(target, torch._ops.OpOverload):
+    if isinstance(target, OpOverload):
         if target.namespace == EDGE_NO_DECOMP_NAMESPACE:
             # While to_edge decomposes, the ops it keeps are copies in their own namespace;
             # the partitioner's checks run on that graph and must see the ATen op.
-            packet = getattr(torch.ops.aten, target._schema.name.split("::")[-1], None)
-            aten_op = getattr(packet, target._overloadname, None) if packet else None
-            return aten_op if isinstance(aten_op, torch._ops.OpOverload) else target
+            packet = getattr(torch.ops.aten, schema_of(target).name.split("::")[-1], None)
+            aten_op = getattr(packet, overload_name_of(target), None) if packet else None
+            return aten_op if isinstance(aten_op, OpOverload) else target
         return target
     return None
 
@@ -306,7 +309,7 @@ def _op_problem(node: Node) -> Optional[str]:
         return f"'{node.name}' calls {node.target}, which is not an ATen op"
     if op.namespace not in FOLDABLE_NAMESPACES:
         return f"'{node.name}' calls {op}, which is not a pure ATen op"
-    if op._schema.is_mutable:
+    if schema_of(op).is_mutable:
         return f"'{node.name}' calls {op}, which mutates its inputs"
     if torch.Tag.nondeterministic_seeded in op.tags:
         return f"'{node.name}' calls {op}, which is random"
@@ -357,7 +360,7 @@ def _op_identity(target: object) -> object:
     op = op_overload(target)
     if op is None:
         return target
-    return (op._schema.name.split("::")[-1], op._overloadname)
+    return (schema_of(op).name.split("::")[-1], overload_name_of(op))
 
 
 # Lifted constants this small are compared by value: each call of a module lifts its own

@@ -18,6 +18,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import FOLD_META_KEY, REASON_CODE_META_KEY, REASON_META_KEY
+from xnnfold._upstream import schema_of
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.partition._predicates import arg_role, op_overload, site_of
 from xnnfold.passes.report._reasons import module_path
@@ -121,7 +122,7 @@ def _gemm_name(node: Node) -> Optional[str]:
     op = op_overload(node.target)
     if op is None or op.namespace != "aten":
         return None
-    name = op._schema.name.split("::")[-1]
+    name = schema_of(op).name.split("::")[-1]
     return name if name in GEMM_ARGS_BY_NAME else None
 
 

@@ -16,6 +16,7 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
     "xnnfold._exit_codes": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter._marking": ("executorch", "libcst"),
     "xnnfold.rewriter.codemod._api": ("torch", "executorch", "libcst"),
+    "xnnfold.rewriter.codemod._names": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._rules": ("torch", "executorch"),
     "xnnfold.rewriter.codemod._driver": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._command": ("torch", "executorch"),

@@ -108,10 +108,10 @@ def trigger_pattern(
     none of them can produce no finding and need not be parsed (~0.1-0.4 s a file).
     """
     if words is None or identifiers is None:
-        from xnnfold.rewriter.codemod import _rules
+        from xnnfold.rewriter.codemod import _names
 
-        words = _rules.TRIGGER_WORDS if words is None else words
-        identifiers = _rules.TRIGGER_IDENTIFIERS if identifiers is None else identifiers
+        words = _names.TRIGGER_WORDS if words is None else words
+        identifiers = _names.TRIGGER_IDENTIFIERS if identifiers is None else identifiers
 
     def alternatives(items: Iterable[Union[str, bytes]]) -> bytes:
         encoded = sorted(

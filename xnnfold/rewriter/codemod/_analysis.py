@@ -10,6 +10,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from xnnfold._upstream import LazyValue
+from xnnfold.rewriter.codemod import _codes as codes
 from xnnfold.rewriter.codemod._names import (
     _FOLDING_PARTITIONER,
     _GEMM_KEYWORDS,
@@ -32,6 +33,7 @@ from xnnfold.rewriter.codemod._syntax import (
     _code,
     _excerpt,
     _forward_env,
+    _is_plain,
     _own_state_dict,
     _param_names,
     _tolerant_copy,
@@ -172,15 +174,19 @@ class _Analysis(cst.CSTVisitor):
         self._callee_of[node.func] = node
         names = self._names(node.func)
         if names & _TORCH_EXPORT:
-            self.exports.append(self._site("XNF301", node, "torch.export.export", call=node))
+            self.exports.append(
+                self._site(codes.TORCH_EXPORT_CALL.code, node, "torch.export.export", call=node)
+            )
         if names & _PREPARE:
             self.prepare_calls.add(node)
             if node.args:
                 self.prepared.add(_code(node.args[0].value))
         if any(n.startswith("executorch.") and n.endswith(f".{_LOWER}") for n in names):
-            self.lowerings.append(self._site("XNF302", node, _LOWER, call=node))
+            self.lowerings.append(self._site(codes.LOWERING_CALL.code, node, _LOWER, call=node))
         if any(n.startswith("executorch.") and n.endswith(f".{_STOCK_PARTITIONER}") for n in names):
-            self.partitioners.append(self._site("XNF303", node, _STOCK_PARTITIONER, call=node))
+            self.partitioners.append(
+                self._site(codes.STOCK_PARTITIONER_CALL.code, node, _STOCK_PARTITIONER, call=node)
+            )
         forward = self._forwards[-1] if self._forwards else None
         if forward is not None and forward.self_name is not None:
             for name in names & _GEMMS.keys():
@@ -199,7 +205,7 @@ class _Analysis(cst.CSTVisitor):
         if attr in _LEGACY_KEYS:
             self.dependence.append(
                 self._site(
-                    "XNF402",
+                    codes.LEGACY_ATTRIBUTE.code,
                     node,
                     f"attribute .{attr} exists only under a legacy hook; migrated it is "
                     f"{_LEGACY_KEYS[attr]}",
@@ -247,7 +253,7 @@ class _Analysis(cst.CSTVisitor):
         for key in dict.fromkeys(_LEGACY_KEY_RE.findall(text)):
             self.dependence.append(
                 self._site(
-                    "XNF401",
+                    codes.LEGACY_KEY_STRING.code,
                     node,
                     f"string names legacy state_dict key '{key}'; migrated it is "
                     f"{_LEGACY_KEYS[key]}",
@@ -265,7 +271,7 @@ class _Analysis(cst.CSTVisitor):
         if owner is not None and _tolerant_copy(body):
             self.dependence.append(
                 self._site(
-                    "XNF403",
+                    codes.KEY_BY_KEY_LOADER.code,
                     node,
                     f"checkpoint loader copies key by key from {owner}.state_dict(): after "
                     "a migration a legacy checkpoint's weight_g/weight_v (weight_orig/"
@@ -336,18 +342,6 @@ class _Analysis(cst.CSTVisitor):
             stack.extend(node.children)
         return leaves
 
-    def _is_plain(self, expr: cst.BaseExpression, forward: _Forward, seen: frozenset[str]) -> bool:
-        """``self.weight``, or a local name only ever bound to such an attribute."""
-        if isinstance(expr, cst.Attribute):
-            full = get_full_name_for_node(expr)
-            return full is not None and full.startswith(f"{forward.self_name}.")
-        if isinstance(expr, cst.Name) and expr.value in forward.env and expr.value not in seen:
-            return all(
-                self._is_plain(value, forward, seen | {expr.value})
-                for value in forward.env[expr.value]
-            )
-        return False
-
     def _forward_gemm(self, call: cst.Call, name: str, forward: _Forward) -> None:
         positional = [a for a in call.args if a.keyword is None and not a.star]
         arguments = [positional[i].value for i in _GEMMS[name] if i < len(positional)]
@@ -362,7 +356,7 @@ class _Analysis(cst.CSTVisitor):
         per_sample: list[tuple[cst.BaseExpression, _Leaves]] = []
         computed: list[tuple[cst.BaseExpression, _Leaves]] = []
         for arg in arguments:
-            if self._is_plain(arg, forward, frozenset()):
+            if _is_plain(arg, forward, frozenset()):
                 continue
             leaves = self._leaves(arg, forward)
             if not leaves.attrs:
@@ -379,16 +373,16 @@ class _Analysis(cst.CSTVisitor):
                 f"per-sample weight in forward: declined: depends on the input ({inputs}): "
                 f"{short} {excerpt} cannot be folded and stays outside the XNNPACK delegate"
             )
-            self.forward.append(self._site("XNF212", call, message))
+            self.forward.append(self._site(codes.FORWARD_PER_SAMPLE_WEIGHT.code, call, message))
             return
         if not computed:
             return
         attrs = ", ".join(sorted(set().union(*(leaves.attrs for _, leaves in computed))))
         excerpt = "; ".join(f"`{_excerpt(arg)}`" for arg, _ in computed)
         if any(leaves.standardization for _, leaves in computed):
-            code, what = "XNF211", "weight standardization in forward"
+            code, what = codes.FORWARD_STANDARDIZATION.code, "weight standardization in forward"
         else:
-            code, what = "XNF210", "computed weight in forward"
+            code, what = codes.FORWARD_COMPUTED_WEIGHT.code, "computed weight in forward"
         message = (
             f"{what}: {short} {excerpt} over {attrs}: XnnpackFoldingPartitioner folds it "
             "when every op is pure and every leaf a parameter or constant"

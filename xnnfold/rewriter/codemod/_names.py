@@ -10,6 +10,17 @@ import dataclasses
 import re
 from typing import Final
 
+from xnnfold.rewriter.codemod._codes import (
+    LEGACY_REMOVE_SPECTRAL_NORM,
+    LEGACY_REMOVE_WEIGHT_NORM,
+    LEGACY_SPECTRAL_NORM,
+    LEGACY_WEIGHT_NORM,
+    PARAMETRIZED_ORTHOGONAL,
+    PARAMETRIZED_SPECTRAL_NORM,
+    PARAMETRIZED_WEIGHT_NORM,
+    REGISTERED_PARAMETRIZATION,
+)
+
 _UTILS: Final = "torch.nn.utils"
 _PARAMETRIZATIONS: Final = "torch.nn.utils.parametrizations"
 _PARAMETRIZE: Final = "torch.nn.utils.parametrize"
@@ -35,8 +46,8 @@ class _Legacy:
 
 _LEGACY: Final[dict[str, _Legacy]] = {}
 for _family, _code, _rcode in (
-    (WEIGHT_NORM, "XNF101", "XNF102"),
-    (SPECTRAL_NORM, "XNF103", "XNF104"),
+    (WEIGHT_NORM, LEGACY_WEIGHT_NORM.code, LEGACY_REMOVE_WEIGHT_NORM.code),
+    (SPECTRAL_NORM, LEGACY_SPECTRAL_NORM.code, LEGACY_REMOVE_SPECTRAL_NORM.code),
 ):
     _apply = _Legacy(_code, _family, False, _PARAMETRIZATIONS, _family)
     _remove = _Legacy(_rcode, _family, True, _PARAMETRIZE, "remove_parametrizations")
@@ -48,21 +59,21 @@ for _family, _code, _rcode in (
 
 _PARAMETRIZATION_CODES: Final = {
     f"{_PARAMETRIZATIONS}.weight_norm": (
-        "XNF201",
+        PARAMETRIZED_WEIGHT_NORM.code,
         "parametrizations.weight_norm: folded by xnnfold (XnnpackFoldingPartitioner)",
     ),
     f"{_PARAMETRIZATIONS}.spectral_norm": (
-        "XNF202",
+        PARAMETRIZED_SPECTRAL_NORM.code,
         "parametrizations.spectral_norm: folded by xnnfold (XnnpackFoldingPartitioner); "
         "export in eval mode",
     ),
     f"{_PARAMETRIZATIONS}.orthogonal": (
-        "XNF203",
+        PARAMETRIZED_ORTHOGONAL.code,
         "parametrizations.orthogonal: folded by xnnfold with its matrix_exp and cayley maps "
         "(householder does not lower in executorch)",
     ),
     f"{_PARAMETRIZE}.register_parametrization": (
-        "XNF204",
+        REGISTERED_PARAMETRIZATION.code,
         "parametrize.register_parametrization: folded by xnnfold when the parametrization "
         "is pure ATen over parameters and constants",
     ),

@@ -14,6 +14,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvide
 
 from xnnfold.rewriter.codemod._analysis import _Analysis
 from xnnfold.rewriter.codemod._api import CodemodOptions
+from xnnfold.rewriter.codemod._codes import STOCK_PARTITIONER_CALL
 from xnnfold.rewriter.codemod._names import (
     _LOWER,
     FOLDING_PARTITIONER_OPTIONS,
@@ -145,7 +146,8 @@ def _export_messages(
             exports.append(site)
     for site in analysis.lowerings:
         site.message = (
-            f"{_LOWER}: lowers to XNNPACK; its XnnpackPartitioner calls are reported as XNF303"
+            f"{_LOWER}: lowers to XNNPACK; its XnnpackPartitioner calls are reported as "
+            f"{STOCK_PARTITIONER_CALL.code}"
         )
     partitioners: list[_Site] = []
     for site in analysis.partitioners:

@@ -22,31 +22,8 @@ This module is the entry point; the rules live in modules of one concern each: `
 records), `_analysis` (the read-only pass), `_planning` (the findings and the plan),
 `_rewrite` (the rewrite and its imports).
 
-Codes (``line:col`` are 1-based; ``Finding.rewritten`` says whether the new code changes
-the site):
-
-======  =============================================================================
-XNF101  legacy ``torch.nn.utils.weight_norm``: migrated to parametrizations.weight_norm
-XNF102  legacy ``remove_weight_norm``: migrated to parametrize.remove_parametrizations
-XNF103  legacy ``torch.nn.utils.spectral_norm``: reported; migrated only with
-        ``migrate_spectral_norm`` (torch has no state_dict compatibility hook for it)
-XNF104  legacy ``remove_spectral_norm``: as XNF103
-XNF201  ``parametrizations.weight_norm``: folded by xnnfold
-XNF202  ``parametrizations.spectral_norm``: folded by xnnfold (export in eval mode)
-XNF203  ``parametrizations.orthogonal``: folded by xnnfold (matrix_exp / cayley maps)
-XNF204  ``parametrize.register_parametrization``: folded when the parametrization is pure
-XNF210  weight computed in ``forward`` from module attributes: a folding candidate
-XNF211  weight standardization in ``forward`` (batch_norm / mean / std / var of a weight)
-XNF212  weight in ``forward`` that depends on the input (per-sample): declined
-XNF301  ``torch.export.export``: model wrapped in ``prepare_for_xnnpack``
-XNF302  ``to_edge_transform_and_lower``: the lowering call
-XNF303  ``XnnpackPartitioner(...)``: replaced by ``XnnpackFoldingPartitioner(...)``
-XNF401  string naming a legacy state_dict key (``weight_g``, ``weight_v``, ``weight_orig``,
-        ``weight_u``): migration renames the key; blocks migrating this file
-XNF402  attribute access to a legacy attribute (``.weight_g`` ...): as XNF401
-XNF403  checkpoint loader copying key by key from a model's own ``state_dict()`` keys: it
-        would skip legacy weights silently after a migration; as XNF401
-======  =============================================================================
+Every finding carries a stable code, registered in `_codes` (XNF1xx to XNF4xx) and
+listed in docs/codemod.md.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Final, Iterator, Optional
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from xnnfold.rewriter.codemod._sites import _Forward
 
 _EXCERPT_CHARS: Final = 48
 
@@ -98,4 +101,16 @@ def _tolerant_copy(node: cst.CSTNode) -> bool:
             isinstance(c.operator, (cst.In, cst.NotIn)) for c in child.comparisons
         ):
             return True
+    return False
+
+
+def _is_plain(expr: cst.BaseExpression, forward: _Forward, seen: frozenset[str]) -> bool:
+    """``self.weight``, or a local name only ever bound to such an attribute."""
+    if isinstance(expr, cst.Attribute):
+        full = get_full_name_for_node(expr)
+        return full is not None and full.startswith(f"{forward.self_name}.")
+    if isinstance(expr, cst.Name) and expr.value in forward.env and expr.value not in seen:
+        return all(
+            _is_plain(value, forward, seen | {expr.value}) for value in forward.env[expr.value]
+        )
     return False

@@ -19,6 +19,8 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
     "xnnfold.rewriter.codemod._names": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._rules": ("torch", "executorch"),
     "xnnfold.rewriter.codemod._driver": ("torch", "executorch", "libcst"),
+    "xnnfold.rewriter.codemod._walk": ("torch", "executorch", "libcst"),
+    "xnnfold.rewriter.codemod._report": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._command": ("torch", "executorch"),
     "xnnfold.cli": ("torch", "executorch", "libcst"),
 }

@@ -3,7 +3,7 @@
 The problem: the pytest tier (``tests/end_to_end/test_differential.py``) can afford ~45 programs;
 rare combinations (a bias of shape ``(M, 1)`` on an ``addmm`` with ``beta = 0`` in a
 dynamic method) need thousands. This CLI runs the same generator
-(`xnnfold.fixtures._grammar`) and the same oracles (`tests.end_to_end.test_differential.check_program`)
+(`tests.support.grammar`) and the same oracles (`tests.end_to_end.test_differential.check_program`)
 over ``--models`` seeds, shrinks each failure greedily, and writes a Markdown summary:
 programs run, failures per oracle (those where the stock program is as wrong as
 xnnfold's marked "upstream"), per-kind counts, wall time, and every failure's
@@ -32,8 +32,6 @@ sys.path.insert(0, str(ROOT))  # `tests` is a package of the repository, not ins
 import logging  # noqa: E402
 import warnings  # noqa: E402
 
-from xnnfold.fixtures._grammar import generate_program, GenOptions, program_kinds  # noqa: E402
-
 from tests.end_to_end.test_differential import (  # noqa: E402
     check_program,
     ORACLE_NAMES,
@@ -42,6 +40,7 @@ from tests.end_to_end.test_differential import (  # noqa: E402
     reproducer,
     shrink,
 )
+from tests.support.grammar import generate_program, GenOptions, program_kinds  # noqa: E402
 
 # Generated programs decline GEMMs on purpose: their WARNINGs are not findings.
 logging.getLogger("xnnfold").setLevel(logging.ERROR)

@@ -495,7 +495,7 @@ def _rule_names() -> list[str]:
     Deliberately coupled: if the rules gain a table or rename one, this fails instead of
     the pre-filter silently hiding the new findings.
     """
-    from xnnfold.rewriter.codemod import _rules as rules
+    from xnnfold.rewriter.codemod import _names as rules
 
     return [
         *rules._LEGACY,

@@ -30,7 +30,7 @@ import xnnfold
 import xnnfold.rewriter.codemod as codemod_module
 from xnnfold.rewriter import CodemodOptions, FileOutcome, transform_source
 from xnnfold.rewriter.codemod._api import UnparseableSource
-from xnnfold.rewriter.codemod._rules import (
+from xnnfold.rewriter.codemod._names import (
     FOLDING_PARTITIONER_OPTIONS,
     FOLDING_PARTITIONER_POSITIONAL,
 )

@@ -5,7 +5,7 @@ time, on default GEMM arguments; what they never draw (an ``addmm`` with ``beta 
 bias of shape ``(M, 1)``, a 700-node weight chain, ``.item()`` of a 0-d parameter, a table
 one method gathers from and another multiplies by) is where the bugs are.
 
-The approach: `xnnfold.fixtures._grammar` draws seeded program descriptions; each is
+The approach: `tests.support.grammar` draws seeded program descriptions; each is
 built, lowered with the stock ``XnnpackPartitioner`` and with
 ``XnnpackFoldingPartitioner``, and checked by four oracles:
 
@@ -41,7 +41,9 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 
 import xnnfold
-from xnnfold.fixtures._grammar import (
+
+from tests.support import reproducers
+from tests.support.grammar import (
     build_program,
     Chain,
     DegenerateProgram,
@@ -517,7 +519,7 @@ def reproducer(program: Program, failure: Failure) -> str:
         [
             f"# oracle ({failure.oracle}) {ORACLE_NAMES[failure.oracle]}: {failure.message}",
             describe(program),
-            "from xnnfold.fixtures._grammar import *",
+            "from tests.support.grammar import *",
             "from tests.end_to_end.test_differential import check_program",
             f"program = {program!r}",
             "built = build_program(program)  # .modules / .inputs / .dynamic_shapes per method",
@@ -705,13 +707,8 @@ def test_quantized_generated_program_passes_the_oracles(index: int) -> None:
 # source); the packed source then kept every GEMM on it from folding, so the scaled addmm
 # was declined and the kept `stack` had no kernel. A GEMM with kept ops now folds even
 # when sources are kept for other readers (correct, stored twice, with a WARNING).
-KNOWN_STRANDED_KEPT_OP: Final = "Program(seed=1000172000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(8,), kind='const', dtype='float32', param='none'), Source(name='s4', shape=(4,), kind='param', dtype='float32', param='none'), Source(name='s5', shape=(4,), kind='const', dtype='float32', param='none'), Source(name='s6', shape=(3, 1), kind='param', dtype='float32', param='none'), Source(name='s9', shape=(6,), kind='const', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=16, spatial=(4, 2), batch=3, layers=(Gemm(kind='addmm', in_ch=16, out_ch=8, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=128), shape=(16, 8), view=False), bias=Cast(x=Stack(parts=(Src(name='s2'),), dim=0), dtype='bfloat16'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=-1.5, beta=0.0, bias_shape='1N', module=False), Gemm(kind='matmul', in_ch=8, out_ch=4, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=32), shape=(8, 4), view=False), bias=Binary(op='sub', x=Binary(op='div', x=Src(name='s4'), y=Src(name='s5')), y=Piece(how='unbind', x=Src(name='s6'), dim=0, pieces=3, index=1)), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=True), Method(name='other', kind='chain', in_ch=16, spatial=(5, 3), batch=2, layers=(Gemm(kind='matmul_t', in_ch=16, out_ch=4, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=64), shape=(4, 16), view=False), bias=Narrow(how='narrow', x=Src(name='s9'), dim=0, start=0, length=4), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='linear', in_ch=4, out_ch=2, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=64, length=8), shape=(2, 4), view=False), value=2.0), bias=None, kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(Src(name='s0'),), table=None, dynamic=True)))"
-
-
 def test_a_gemm_with_kept_ops_folds_when_another_method_stores_its_source() -> None:
-    from xnnfold.fixtures import _grammar
-
-    program = eval(KNOWN_STRANDED_KEPT_OP, vars(_grammar))
+    program = reproducers.kept_ops_beside_a_source_another_method_stores()
     outcome = check_program(program, ("b",))
     assert not outcome.failures, outcome.failures
 
@@ -720,13 +717,8 @@ def test_a_gemm_with_kept_ops_folds_when_another_method_stores_its_source() -> N
 # whose own weight is marked too; folding the inner weight first erased nodes the bias
 # computation still listed ("Expected a proper Tensor but got None"). Computations are
 # now folded outermost first (tests/partition/test_nested_gemms.py).
-KNOWN_NONE_TENSOR: Final = "Program(seed=2000215000, scenario='chain', sources=(Source(name='s0', shape=(2, 11), kind='param', dtype='float32', param='none'), Source(name='s1', shape=(2,), kind='param', dtype='float16', param='none'), Source(name='s2', shape=(2, 11), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=2, spatial=(8,), batch=1, layers=(Gemm(kind='addmm', in_ch=2, out_ch=11, weight=Normalize(op='amin', x=Src(name='s0'), dim=0, keepdim=False), bias=LowRank(a=Reshape(x=Src(name='s1'), shape=(1, 2), view=True), b=ScalarOp(op='rsub', x=Src(name='s2'), value=3.0), shape=(1, 11)), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False),), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=False),))"
-
-
 def test_a_gemm_inside_a_bias_computation_folds_outermost_first() -> None:
-    from xnnfold.fixtures import _grammar
-
-    program = eval(KNOWN_NONE_TENSOR, vars(_grammar))
+    program = reproducers.gemm_inside_a_bias_computation()
     outcome = check_program(program, ("b",))
     assert not outcome.failures, outcome.failures
 
@@ -737,13 +729,8 @@ def test_a_gemm_inside_a_bias_computation_folds_outermost_first() -> None:
 # reader, so `other` folded its slice of `s0` and the program stored both: 1,760 bytes
 # over stock (oracle c). GEMMs that will not fold now count as readers that keep their
 # sources (`stored_constants(ep, non_folding)`).
-KNOWN_STORED_FOR_A_DECLINED_GEMM: Final = "Program(seed=3000123000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(30, 13), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=32, spatial=(5, 3), batch=2, layers=(Gemm(kind='addmm', in_ch=32, out_ch=13, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=416), shape=(32, 13), view=False), bias=Src(name='s2'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='MN', module=False),), side=(), table=None, dynamic=False), Method(name='other', kind='chain', in_ch=32, spatial=(3, 2), batch=3, layers=(Gemm(kind='matmul', in_ch=32, out_ch=13, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=416, length=416), shape=(32, 13), view=False), bias=None, kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False),), side=(), table=None, dynamic=True)))"
-
-
 def test_a_declined_gemm_keeps_the_source_another_method_would_fold() -> None:
-    from xnnfold.fixtures import _grammar
-
-    program = eval(KNOWN_STORED_FOR_A_DECLINED_GEMM, vars(_grammar))
+    program = reproducers.declined_gemm_shares_a_packed_source()
     outcome = check_program(program, ("a", "b", "c"))
     assert not outcome.failures, outcome.failures
 
@@ -752,13 +739,8 @@ def test_a_declined_gemm_keeps_the_source_another_method_would_fold() -> None:
 # also read by an elementwise op (`abs`) was delegated, and XNNPACK computed it wrongly
 # (off by 5.3; the stock partitioner is wrong too, and here failed to run). A 2D kernel
 # a non-convolution shares now stays on portable (tests/partition/test_convolution_arguments.py).
-KNOWN_SHARED_2D_KERNEL: Final = "Program(seed=3000244000, scenario='chain', sources=(Source(name='s0', shape=(7, 14, 2, 2), kind='buffer', dtype='float32', param='none'), Source(name='s1', shape=(48,), kind='const', dtype='bfloat16', param='none'), Source(name='s2', shape=(16, 7, 1), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=7, spatial=(6,), batch=2, layers=(Gemm(kind='conv_transpose2d', in_ch=7, out_ch=14, weight=Src(name='s0'), bias=Narrow(how='slice', x=Piece(how='chunk', x=Unary(op='reciprocal', x=Src(name='s1')), dim=0, pieces=3, index=2), dim=0, start=2, length=14), kernel=2, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='conv1d', in_ch=14, out_ch=16, weight=Src(name='s2'), bias=None, kernel=1, stride=1, padding=0, dilation=2, groups=2, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=True)), side=(Unary(op='abs', x=Src(name='s0')),), table=None, dynamic=True),))"
-
-
 def test_a_2d_kernel_a_non_convolution_shares_stays_on_portable() -> None:
-    from xnnfold.fixtures import _grammar
-
-    program = eval(KNOWN_SHARED_2D_KERNEL, vars(_grammar))
+    program = reproducers.shared_2d_kernel()
     outcome = check_program(program, ("a", "b", "d"))
     assert not outcome.failures, outcome.failures
 
@@ -768,13 +750,8 @@ def test_a_2d_kernel_a_non_convolution_shares_stays_on_portable() -> None:
 # was delegated with the weight computed at run time, and XNNPACK's ConvertToLinearPass
 # read the permute as a transpose: a lowering error here, a silently wrong result for a
 # square weight (tests/partition/test_run_time_weights.py). Such a GEMM now stays on portable.
-KNOWN_IDENTITY_PERMUTE: Final = "Program(seed=5000165000, scenario='addmm', sources=(Source(name='s0', shape=(9, 3), kind='const', dtype='float32', param='none'), Source(name='s1', shape=(9, 1), kind='param', dtype='float32', param='spectral_norm'), Source(name='s2', shape=(9, 4), kind='param', dtype='float32', param='none'), Source(name='s3', shape=(4, 3), kind='buffer', dtype='float32', param='none'), Source(name='s4', shape=(10, 2), kind='buffer', dtype='float32', param='none'), Source(name='s5', shape=(1, 10), kind='const', dtype='float32', param='none'), Source(name='s6', shape=(1, 10), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=3, spatial=(4,), batch=2, layers=(Gemm(kind='addmm', in_ch=3, out_ch=9, weight=Unary(op='sin', x=Reshape(x=Src(name='s0'), shape=(3, 9), view=False)), bias=Cast(x=Normalize(op='std', x=Permute(x=Src(name='s1'), dims=(1, 0)), dim=1, keepdim=False), dtype='bfloat16'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=0.0, bias_shape='1N', module=False), Gemm(kind='addmm', in_ch=9, out_ch=10, weight=LowRank(a=Narrow(how='narrow', x=LowRank(a=Src(name='s2'), b=Src(name='s3'), shape=(9, 3)), dim=1, start=0, length=2), b=Permute(x=Reshape(x=Src(name='s4'), shape=(2, 10), view=False), dims=(0, 1)), shape=(9, 10)), bias=ScalarOp(op='sub', x=Binary(op='add', x=Src(name='s5'), y=Src(name='s6')), value=-1.5), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='1N', module=False)), side=(), table=None, dynamic=False),))"
-
-
 def test_a_run_time_weight_behind_an_identity_permute_stays_on_portable() -> None:
-    from xnnfold.fixtures import _grammar
-
-    program = eval(KNOWN_IDENTITY_PERMUTE, vars(_grammar))
+    program = reproducers.run_time_weight_behind_an_identity_permute()
     outcome = check_program(program)
     assert not outcome.failures, outcome.failures
 
@@ -785,13 +762,8 @@ def test_a_run_time_weight_behind_an_identity_permute_stays_on_portable() -> Non
 # slice of `s0`, so its partition holds `s0`, and executorch gave the mm's delegate (where
 # the stock configs had pulled the slice_copy) a copy of the whole source: +3,044 bytes
 # over stock (oracle c). Such a GEMM folds: 29,972 bytes, stock 32,560.
-KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE: Final = "Program(seed=7000163000, scenario='multi', sources=(Source(name='s0', shape=(1024,), kind='param', dtype='float32', param='none'), Source(name='s2', shape=(3,), kind='param', dtype='float32', param='none'), Source(name='s4', shape=(5,), kind='param', dtype='float32', param='none'), Source(name='s8', shape=(14,), kind='param', dtype='float32', param='none'), Source(name='s10', shape=(), kind='param', dtype='float32', param='none')), methods=(Method(name='forward', kind='chain', in_ch=16, spatial=(2, 2), batch=1, layers=(Gemm(kind='matmul', in_ch=16, out_ch=3, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=48), shape=(16, 3), view=False), value=2.0), bias=Normalize(op='min', x=Chain(x=Src(name='s2'), steps=37), dim=None, keepdim=True), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=3, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='addmm', in_ch=3, out_ch=5, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=0, length=15), shape=(3, 5), view=False), value=2.0), bias=Normalize(op='var', x=Flip(x=Src(name='s4'), dims=(0,)), dim=0, keepdim=True), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=False), Method(name='other', kind='chain', in_ch=16, spatial=(4, 5), batch=2, layers=(Gemm(kind='addmm', in_ch=16, out_ch=14, weight=ScalarOp(op='mul', x=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=15, length=224), shape=(16, 14), view=False), value=0.5), bias=Reshape(x=Src(name='s8'), shape=(14,), view=False), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=0.5, bias_shape='N', module=False), Gemm(kind='addmm', in_ch=14, out_ch=16, weight=Reshape(x=Narrow(how='narrow', x=Src(name='s0'), dim=0, start=239, length=224), shape=(14, 16), view=False), bias=Src(name='s10'), kernel=1, stride=1, padding=0, dilation=1, groups=1, output_padding=0, act=2, alpha=-1.5, beta=2.0, bias_shape='scalar', module=False)), side=(), table=None, dynamic=False)))"
-
-
 def test_a_gemm_whose_source_another_partition_holds_folds_instead_of_a_copy() -> None:
-    from xnnfold.fixtures import _grammar
-
-    program = eval(KNOWN_RUN_TIME_WEIGHT_COPIES_ITS_SOURCE, vars(_grammar))
+    program = reproducers.source_another_partition_holds()
     outcome = check_program(program, ("a", "b", "c"))
     assert not outcome.failures, outcome.failures
 
@@ -800,13 +772,8 @@ def test_a_gemm_whose_source_another_partition_holds_folds_instead_of_a_copy() -
 # grows when folded, so that convolution stays on portable and reads its bf16 bias `s2`
 # there; layers.1's bias reads `s2` too, so it is declined, and layers.1 with it. The
 # fold rule (`expected_gemms`) counted a portable GEMM's other arguments as folding.
-KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS: Final = "Program(seed=11000149000, scenario='chain', sources=(Source(name='s0', shape=(15, 2), kind='param', dtype='float32', param='none'), Source(name='s1', shape=(2, 9), kind='param', dtype='float32', param='legacy_weight_norm'), Source(name='s2', shape=(15,), kind='param', dtype='bfloat16', param='none'), Source(name='s3', shape=(15, 15, 3, 3), kind='param', dtype='float16', param='none'), Source(name='s4', shape=(3, 15, 3, 15), kind='param', dtype='bfloat16', param='none'), Source(name='s5', shape=(15,), kind='param', dtype='float32', param='weight_norm_none')), methods=(Method(name='forward', kind='chain', in_ch=3, spatial=(2, 4), batch=1, layers=(Gemm(kind='conv1d', in_ch=3, out_ch=15, weight=LowRank(a=Src(name='s0'), b=Src(name='s1'), shape=(15, 3, 3)), bias=Src(name='s2'), kernel=3, stride=1, padding=3, dilation=2, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False), Gemm(kind='conv_transpose2d', in_ch=15, out_ch=15, weight=Binary(op='maximum', x=Normalize(op='min', x=Unary(op='tanh', x=Src(name='s3')), dim=None, keepdim=False), y=Permute(x=Transpose(x=Src(name='s4'), dim0=2, dim1=0), dims=(1, 3, 0, 2))), bias=ScalarOp(op='add', x=Reshape(x=Binary(op='add', x=Src(name='s2'), y=Src(name='s5')), shape=(15,), view=False), value=0.5), kernel=3, stride=1, padding=1, dilation=1, groups=1, output_padding=0, act=2, alpha=1.0, beta=1.0, bias_shape='N', module=False)), side=(), table=None, dynamic=False),))"
-
-
 def test_the_fold_rule_counts_what_a_portable_gemm_reads_as_kept() -> None:
-    from xnnfold.fixtures import _grammar
-
-    program = eval(KNOWN_PORTABLE_GEMM_KEEPS_ITS_BIAS, vars(_grammar))
+    program = reproducers.portable_gemm_keeps_its_bias()
     assert [e.foldable for e in expected_gemms(program)] == [False, False]
     outcome = check_program(program)
     assert not outcome.failures, outcome.failures

@@ -17,8 +17,11 @@ BOUNDARIES: dict[str, tuple[str, ...]] = {
     "xnnfold._exit_codes": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter._marking": ("executorch", "libcst"),
     "xnnfold.rewriter.codemod._api": ("torch", "executorch", "libcst"),
+    "xnnfold.rewriter.codemod._names": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._rules": ("torch", "executorch"),
     "xnnfold.rewriter.codemod._driver": ("torch", "executorch", "libcst"),
+    "xnnfold.rewriter.codemod._walk": ("torch", "executorch", "libcst"),
+    "xnnfold.rewriter.codemod._report": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._command": ("torch", "executorch"),
     "xnnfold.cli": ("torch", "executorch", "libcst"),
     # transformers' exporter (seconds to import) is imported when `export` is called

@@ -1,9 +1,9 @@
 """The codemod: find computed-weight sites in source, migrate legacy weight_norm, wire exports.
 
 It runs on source text with libcst alone (no torch, no executorch), so a linter job or a
-pre-commit hook can run it. `_rules` holds the per-file rules and the code table (XNF1xx
-...), `_driver` walks a tree of files and writes atomically, `_command` is the same rules
-as a ``python -m libcst.tool codemod`` command.
+pre-commit hook can run it. `_rules` runs the per-file rules (one module per concern beside
+it) and holds the code table (XNF1xx ...), `_driver` walks a tree of files and writes
+atomically, `_command` is the same rules as a ``python -m libcst.tool codemod`` command.
 """
 
 from typing import TYPE_CHECKING

@@ -9,22 +9,8 @@ the file's own encoding included); a ``--check`` gate for CI; a linter-style or 
 and parallel workers whose output does not depend on their number. This module is that
 driver; `run_codemod` is its API, and `xnnfold/cli/_codemod.py` its command line.
 
-Walking (documented in ``xnnfold codemod --help``):
-- a PATH that is a file is processed whatever its suffix (``.ipynb`` notebooks excepted);
-  a directory is walked for ``*.py`` files in sorted order;
-- inside a walk, hidden entries (name starting with ``.``), the directory names in
-  `PRUNED_DIR_NAMES`, ``*.egg-info`` and any directory holding a ``pyvenv.cfg``
-  (a virtualenv, whatever its name) are pruned; a PATH given explicitly is never pruned;
-- symlinks met inside a walk are never followed, and are listed as skipped with the
-  reason (target scanned under its own path, outside the scanned paths, a directory,
-  dangling). Following them would either edit a file twice or edit files outside the
-  tree, and replacing a file through ``os.replace`` would turn the link into a regular
-  file. A PATH given explicitly as a symlink is followed (the user named it), and its
-  target is rewritten in place, the link left intact;
-- two paths reaching the same file (explicit symlink, hard link, overlapping PATHs) are
-  processed once, under a path that is not a symlink if there is one, else the first in
-  sorted order; the others are skipped. (A rewrite replaces the file, so other hard links
-  keep the old content.)
+Walking the PATH arguments is `_walk`'s (its docstring says what is pruned and how
+symlinks and hard links are handled); what a run reports is `_report`'s.
 
 Speed: a file whose bytes hold none of the names the rules match (their `TRIGGER_WORDS`
 and `TRIGGER_IDENTIFIERS`) and that Python compiles is counted as unchanged without being
@@ -40,7 +26,6 @@ from __future__ import annotations
 import ast
 import concurrent.futures
 import contextlib
-import dataclasses
 import difflib
 import functools
 import io
@@ -54,8 +39,21 @@ import tokenize
 import warnings
 from typing import Callable, Final, Iterable, Optional, Sequence, TextIO, Union
 
-from xnnfold._exit_codes import EXIT_FAILED, EXIT_OK
-from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
+from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, UnparseableSource
+from xnnfold.rewriter.codemod._report import (
+    _Progress,
+    CodemodSummary,
+    FileReport,
+    format_summary,
+    PROGRESS_MIN_FILES,
+    SkippedPath,
+    STATUS_ERROR,
+    STATUS_REWRITTEN,
+    STATUS_UNCHANGED,
+    STATUS_UNPARSEABLE,
+    STATUS_WOULD_REWRITE,
+)
+from xnnfold.rewriter.codemod._walk import _collect, _Target, _UsageError, PRUNED_DIR_NAMES
 
 __all__ = [
     "CodemodSummary",
@@ -74,25 +72,6 @@ Transform = Callable[..., FileOutcome]
 MODES: Final[tuple[str, ...]] = ("write", "diff", "check", "report")
 FORMATS: Final[tuple[str, ...]] = ("text", "json")
 
-# Directory names pruned inside a walk (hidden ones, starting with ".", are pruned too):
-# caches, build output, vendored environments. Virtualenvs of any name are recognised by
-# their pyvenv.cfg instead of being listed here.
-PRUNED_DIR_NAMES: Final[frozenset[str]] = frozenset(
-    {
-        "__pycache__",
-        "__pypackages__",
-        "_build",
-        "build",
-        "buck-out",
-        "dist",
-        "node_modules",
-        "site-packages",
-        "venv",
-    }
-)
-_VENV_MARKER: Final = "pyvenv.cfg"
-_NOTEBOOK_SUFFIX: Final = ".ipynb"
-_PY_SUFFIX: Final = ".py"
 _TMP_SUFFIX: Final = ".xnnfold-tmp"
 
 
@@ -108,10 +87,10 @@ def trigger_pattern(
     none of them can produce no finding and need not be parsed (~0.1-0.4 s a file).
     """
     if words is None or identifiers is None:
-        from xnnfold.rewriter.codemod import _rules
+        from xnnfold.rewriter.codemod import _names
 
-        words = _rules.TRIGGER_WORDS if words is None else words
-        identifiers = _rules.TRIGGER_IDENTIFIERS if identifiers is None else identifiers
+        words = _names.TRIGGER_WORDS if words is None else words
+        identifiers = _names.TRIGGER_IDENTIFIERS if identifiers is None else identifiers
 
     def alternatives(items: Iterable[Union[str, bytes]]) -> bytes:
         encoded = sorted(
@@ -129,256 +108,7 @@ def trigger_pattern(
     )
 
 
-# Show a progress bar on a TTY only for trees at least this large (--progress forces it).
-PROGRESS_MIN_FILES: Final = 200
-_PROGRESS_INTERVAL_S: Final = 0.1
-
-STATUS_UNCHANGED: Final = "unchanged"
-STATUS_REWRITTEN: Final = "rewritten"
-STATUS_WOULD_REWRITE: Final = "would_rewrite"
-STATUS_UNPARSEABLE: Final = "unparseable"
-STATUS_ERROR: Final = "error"
-
 _DEFAULT_OPTIONS: Final = CodemodOptions()  # frozen, so one shared default is safe
-
-
-@dataclasses.dataclass(frozen=True)
-class FileReport:
-    """What happened to one scanned file.
-
-    ``status`` is ``unchanged``, ``rewritten`` (bytes written), ``would_rewrite`` (a rewrite
-    is pending: --diff, --check, --report), ``unparseable`` (left untouched, see ``reason``)
-    or ``error`` (could not be read or written, or the rules failed; left untouched).
-    ``diff`` is the unified diff in --diff mode.
-    """
-
-    path: str
-    status: str
-    findings: tuple[Finding, ...] = ()
-    reason: Optional[str] = None
-    diff: Optional[str] = None
-
-
-@dataclasses.dataclass(frozen=True)
-class SkippedPath:
-    """A path the walk did not process (notebook, symlink, same file twice), and why."""
-
-    path: str
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True)
-class CodemodSummary:
-    """The outcome of one run, files and skips sorted by path whatever the worker count."""
-
-    mode: str
-    files: tuple[FileReport, ...]
-    skipped: tuple[SkippedPath, ...]
-    pruned_dirs: tuple[str, ...]
-    prefiltered: int
-    elapsed_s: float
-
-    @property
-    def unchanged(self) -> int:
-        return sum(1 for f in self.files if f.status == STATUS_UNCHANGED)
-
-    @property
-    def scanned(self) -> int:
-        return len(self.files)
-
-    @property
-    def changed(self) -> tuple[str, ...]:
-        """Paths rewritten (write mode) or with a rewrite pending (other modes)."""
-        return tuple(
-            f.path for f in self.files if f.status in (STATUS_REWRITTEN, STATUS_WOULD_REWRITE)
-        )
-
-    @property
-    def failed(self) -> tuple[FileReport, ...]:
-        """Files left untouched because they could not be parsed, read, written or ruled on."""
-        return tuple(f for f in self.files if f.status in (STATUS_UNPARSEABLE, STATUS_ERROR))
-
-    @property
-    def findings(self) -> tuple[tuple[str, Finding], ...]:
-        return tuple((f.path, finding) for f in self.files for finding in f.findings)
-
-    @property
-    def written(self) -> frozenset[str]:
-        """Paths whose rewrite was written: their findings say what happened, every
-        other file's say what would (a failed write, --check, --report, --diff)."""
-        return frozenset(f.path for f in self.files if f.status == STATUS_REWRITTEN)
-
-    @property
-    def exit_code(self) -> int:
-        """1 if a file could not be processed, or in --check if a rewrite is pending; else 0."""
-        if self.failed:
-            return EXIT_FAILED
-        if self.mode == "check" and self.changed:
-            return EXIT_FAILED
-        return EXIT_OK
-
-    def to_json(self) -> dict[str, object]:
-        changed_key = "rewritten" if self.mode == "write" else "would_rewrite"
-        written = self.written
-        result: dict[str, object] = {
-            "mode": self.mode,
-            "findings": [
-                {
-                    "path": path,
-                    "line": f.line,
-                    "col": f.col,
-                    "code": f.code,
-                    "message": f.text(written=path in written),
-                    "rewritten": f.rewritten,
-                }
-                for path, f in self.findings
-            ],
-            changed_key: list(self.changed),
-            "failed": [
-                {"path": f.path, "status": f.status, "reason": f.reason} for f in self.failed
-            ],
-            "skipped": [{"path": s.path, "reason": s.reason} for s in self.skipped],
-            "pruned_dirs": list(self.pruned_dirs),
-            "summary": {
-                "scanned": self.scanned,
-                changed_key: len(self.changed),
-                "unchanged": self.unchanged,
-                "failed": len(self.failed),
-                "skipped": len(self.skipped),
-                "findings": len(self.findings),
-                "prefiltered": self.prefiltered,
-                "exit_code": self.exit_code,
-                "elapsed_s": round(self.elapsed_s, 3),
-            },
-        }
-        if self.mode == "diff":
-            result["diffs"] = {f.path: f.diff for f in self.files if f.diff}
-        return result
-
-
-@dataclasses.dataclass(frozen=True)
-class _Target:
-    """A file to process: the path shown to the user and the path written to."""
-
-    path: str
-    write_path: str
-
-
-class _UsageError(Exception):
-    pass
-
-
-# -- walking -------------------------------------------------------------------------------
-
-
-def _identity(st: os.stat_result) -> tuple[int, int]:
-    return (st.st_dev, st.st_ino)
-
-
-def _is_pruned_dir(entry: os.DirEntry[str]) -> bool:
-    name = entry.name
-    if name.startswith(".") or name in PRUNED_DIR_NAMES or name.endswith(".egg-info"):
-        return True
-    return os.path.exists(os.path.join(entry.path, _VENV_MARKER))
-
-
-def _collect(
-    paths: Sequence[str],
-) -> tuple[list[_Target], list[SkippedPath], list[str]]:
-    """Expand PATH arguments into files to process, skipped paths and pruned directories."""
-    files: dict[str, _Target] = {}  # display path -> target
-    notebooks: list[str] = []
-    links: list[str] = []  # symlinks met inside walks, classified once all files are known
-    pruned: list[str] = []
-    roots: list[str] = []
-
-    def walk(directory: str) -> None:
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
-        except OSError as error:
-            pruned.append(f"{directory} (cannot list: {error.strerror})")
-            return
-        for entry in entries:
-            if entry.is_symlink():
-                if not entry.name.startswith("."):
-                    links.append(entry.path)
-            elif entry.is_dir(follow_symlinks=False):
-                if _is_pruned_dir(entry):
-                    pruned.append(entry.path)
-                else:
-                    walk(entry.path)
-            elif entry.name.startswith("."):
-                continue
-            elif entry.name.endswith(_PY_SUFFIX):
-                files.setdefault(entry.path, _Target(entry.path, entry.path))
-            elif entry.name.endswith(_NOTEBOOK_SUFFIX):
-                notebooks.append(entry.path)
-
-    for path in paths:
-        if not os.path.exists(path):
-            raise _UsageError(f"{path}: no such file or directory")
-        if os.path.isdir(path):
-            roots.append(os.path.realpath(path))
-            walk(path)
-        elif path.endswith(_NOTEBOOK_SUFFIX):
-            notebooks.append(path)
-        else:
-            # An explicit symlink is followed; the replace must hit the target, not the link.
-            write_path = os.path.realpath(path) if os.path.islink(path) else path
-            files.setdefault(path, _Target(path, write_path))
-
-    skipped = [
-        SkippedPath(p, "notebook: .ipynb files are not rewritten (convert to .py first)")
-        for p in dict.fromkeys(notebooks)
-    ]
-    # One file reached by two paths is processed once, under its own path rather than a
-    # symlink's, else under the first path in sorted order.
-    targets: list[_Target] = []
-    seen: dict[tuple[int, int], str] = {}
-    for display in sorted(files, key=lambda p: (files[p].write_path != p, p)):
-        target = files[display]
-        try:
-            ident = _identity(os.stat(target.write_path))
-        except OSError as error:
-            skipped.append(SkippedPath(display, f"cannot stat: {error.strerror}"))
-            continue
-        if ident in seen:
-            skipped.append(SkippedPath(display, f"same file as {seen[ident]}, processed once"))
-            continue
-        seen[ident] = display
-        targets.append(target)
-
-    for link in dict.fromkeys(links):
-        reason = _symlink_reason(link, seen, roots)
-        if reason is not None:
-            skipped.append(SkippedPath(link, reason))
-    skipped.sort(key=lambda s: s.path)
-    return targets, skipped, sorted(pruned)
-
-
-def _symlink_reason(
-    link: str, seen: dict[tuple[int, int], str], roots: Sequence[str]
-) -> Optional[str]:
-    """Why a symlink met in a walk is skipped, or None if it is no Python file or directory."""
-    target = os.readlink(link)
-    try:
-        st = os.stat(link)
-    except OSError:
-        return f"dangling symlink to {target}" if link.endswith(_PY_SUFFIX) else None
-    if stat.S_ISDIR(st.st_mode):
-        real = os.path.realpath(link)
-        inside = any(real == root or real.startswith(root + os.sep) for root in roots)
-        where = "scanned under its own path" if inside else "outside the scanned paths"
-        return f"symlink to directory {target} ({where}); symlinks are not followed"
-    if not (link.endswith(_PY_SUFFIX) or link.endswith(_NOTEBOOK_SUFFIX)):
-        return None
-    ident = _identity(st)
-    if ident in seen:
-        return f"symlink to {target}, scanned as {seen[ident]}; symlinks are not followed"
-    return (
-        f"symlink to {target} (outside the scanned paths); symlinks are not followed, "
-        "pass the target itself to rewrite it"
-    )
 
 
 # -- one file ------------------------------------------------------------------------------
@@ -501,32 +231,6 @@ def _process(
 
 
 # -- the run -------------------------------------------------------------------------------
-
-
-class _Progress:
-    """A one-line progress bar on a stream, redrawn at most every 0.1 s."""
-
-    def __init__(self, stream: TextIO, total: int) -> None:
-        self._stream = stream
-        self._total = total
-        self._done = 0
-        self._last = 0.0
-
-    def advance(self) -> None:
-        self._done += 1
-        now = time.monotonic()
-        if now - self._last >= _PROGRESS_INTERVAL_S or self._done == self._total:
-            self._last = now
-            width = 30
-            filled = width * self._done // max(self._total, 1)
-            self._stream.write(
-                f"\r[{'#' * filled}{'.' * (width - filled)}] {self._done}/{self._total} files"
-            )
-            self._stream.flush()
-
-    def close(self) -> None:
-        self._stream.write("\n")
-        self._stream.flush()
 
 
 def _real_transform() -> tuple[Transform, re.Pattern[bytes]]:
@@ -668,33 +372,3 @@ def run_codemod(
 
 
 # -- output --------------------------------------------------------------------------------
-
-
-def _plural(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-def format_summary(summary: CodemodSummary) -> str:
-    """The human summary printed on stderr at the end of a run."""
-    verb = "rewritten" if summary.mode == "write" else "would change"
-    counts = [
-        f"{_plural(summary.scanned, 'file', 'files')} scanned",
-        f"{len(summary.changed)} {verb}",
-        f"{summary.unchanged} unchanged",
-    ]
-    if summary.failed:
-        counts.append(f"{len(summary.failed)} left untouched (could not be processed)")
-    if summary.skipped:
-        counts.append(f"{len(summary.skipped)} skipped")
-    lines = [
-        f"xnnfold codemod ({summary.mode}): "
-        + ", ".join(counts)
-        + f"; {_plural(len(summary.findings), 'finding', 'findings')}; "
-        f"{_plural(len(summary.pruned_dirs), 'directory', 'directories')} pruned; "
-        f"{summary.elapsed_s:.1f} s"
-    ]
-    for report in summary.failed:
-        lines.append(f"  not processed: {report.path}: {report.reason}")
-    for skip in summary.skipped:
-        lines.append(f"  skipped: {skip.path}: {skip.reason}")
-    return "\n".join(lines)

@@ -39,6 +39,7 @@ from xnnfold.passes.partition._arguments import (
     permuted_weight_problem,
     shared_kernel_problem,
 )
+from xnnfold.passes.partition._growth import note_growth
 from xnnfold.passes.partition._predicates import (
     find_weight_computation,
     is_constant_source,
@@ -239,6 +240,7 @@ class FoldingGEMMMixin:
         result = self.computation(node, arg_index, ep)
         if result is None:
             return None
+        note_growth(node, arg_index, result)
         if (
             isinstance(result, WeightComputation)
             and result.shared

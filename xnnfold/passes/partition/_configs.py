@@ -30,7 +30,7 @@ from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
-from xnnfold.passes._codes import Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
+from xnnfold.passes._codes import BEYOND_BUDGET, Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.partition._arguments import (
     addmm_problem,
@@ -161,6 +161,11 @@ class FoldingGEMMMixin:
                 # because this GEMM, reading a written buffer, will not fold them.
                 return written
             if isinstance(alone, WeightComputation) and node.name in self.fold_anyway:
+                result = alone
+            elif isinstance(alone, Rejection) and alone.code is BEYOND_BUDGET:
+                # Declined by the budget even with nothing else keeping its sources: that
+                # is the reason (its sources look kept, or the GEMMs sharing them
+                # non-folding, only because the budget declined them).
                 result = alone
             elif isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
                 # Declined only to keep the program small: a method lowered after this

@@ -65,6 +65,43 @@ def _time(program: xnnfold.LoadedProgram, inputs: tuple[Any, ...], calls: int) -
     return (time.perf_counter() - start) / calls * 1000
 
 
+def survey() -> list[str]:
+    """Every fixture's folds that grow the program and may spend budget (a GEMM with no
+    run-time-weight form), measured on the exported program: the evidence for the
+    default budget."""
+    from xnnfold.passes._options import FoldOptions
+    from xnnfold.passes.partition._growth import _growth_of, program_bytes
+    from xnnfold.passes.partition._predicates import find_weight_computation, gemm_positions
+
+    lines = [
+        "| fixture | growing folds (groups) | largest fold (bytes) | all folds (bytes) "
+        "| parameters and buffers (bytes) | all / parameters and buffers |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in sorted(FIXTURES):
+        fixture = FIXTURES[name]
+        model = xnnfold.prepare_for_xnnpack(fixture.model())
+        dynamic = fixture.dynamic_shapes() if fixture.dynamic_shapes is not None else None
+        ep = torch.export.export(model, fixture.inputs(), dynamic_shapes=dynamic)
+        groups: dict[str, int] = {}
+        for node in ep.graph.nodes:
+            positions = gemm_positions(node) or ()
+            for index in positions:
+                result = find_weight_computation(
+                    node, index, ep, arg_positions=positions, options=FoldOptions(), _budgeted=False
+                )
+                growth = _growth_of(result)
+                if growth is not None:
+                    groups[growth.group] = growth.added
+        if groups:
+            total, params = sum(groups.values()), program_bytes(ep)
+            lines.append(
+                f"| {name} | {len(groups)} | {max(groups.values()):,} | {total:,} "
+                f"| {params:,} | {total / params:.1%} |"
+            )
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fixtures", nargs="+", default=["anti_aliased_block"])
@@ -72,6 +109,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--calls", type=int, default=20, help="calls per timed repeat")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--survey", action="store_true", help="also list every fixture's growing folds"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     lines = [
@@ -96,6 +136,8 @@ def main() -> None:
                 f"| {found['growth']:,} | {found['outside']} of {found['gemms']} "
                 f"| {found['error']:.2e} |"
             )
+    if args.survey:
+        lines += ["", *survey()]
     table = "\n".join(lines)
     print(table)
     if args.out is not None:

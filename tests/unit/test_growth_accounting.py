@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from xnnfold import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH
+from xnnfold import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH, XnnpackFoldingPartitioner
 from xnnfold.passes.partition._growth import admit, Growth, program_cap
 
 _KIB = 1024
@@ -76,3 +76,13 @@ def test_a_group_the_ledger_did_not_see_is_judged_alone() -> None:
 def test_a_budget_out_of_range_is_refused_naming_the_field(fields: tuple[object, object]) -> None:
     with pytest.raises(ValueError, match="GrowthBudget.max_"):
         GrowthBudget(*fields)  # type: ignore[arg-type]
+
+
+def test_the_partitioner_refuses_a_budget_that_is_not_a_growth_budget() -> None:
+    with pytest.raises(TypeError, match="XnnpackFoldingPartitioner: growth_budget must be"):
+        XnnpackFoldingPartitioner(growth_budget=65536)  # type: ignore[arg-type]
+
+
+def test_the_partitioner_carries_its_budget_in_its_options() -> None:
+    budget = GrowthBudget(max_fold_bytes=100, max_program_fraction=0.0)
+    assert XnnpackFoldingPartitioner(growth_budget=budget).options.growth_budget is budget

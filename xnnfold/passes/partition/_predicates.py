@@ -701,6 +701,7 @@ def find_weight_computation(
     rejection = _external_data_rule(arg=arg, sources=sources, site=site)
     if rejection is not None:
         return rejection
+    growth = None
     if sharing:
         weight_only = _weight_only(ep, non_folding)
         rejection = _other_readers_rule(

@@ -269,3 +269,38 @@ def test_the_anti_aliased_block_delegates_every_convolution() -> None:
     assert sum(r.growth is not None for r in report.rows) == 8
     assert math.isclose(report.growth, 8 * 31 * 12 * _FLOAT, rel_tol=0.01)
     _assert_matches_eager(edge, fixture.model(), fixture.inputs())
+
+
+class _DelegateHoldsLess(nn.Module):
+    """Two groups of growing folds in one delegate, the second with an intermediate
+    (``kernel * 2``) shared by two convolutions, and a 1 MB embedding table on portable:
+    the method's cap (5% of its parameters) covers both groups, the delegate's own
+    parameters would cover one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Parameter(torch.randn(1, 1, 3))
+        self.shared = nn.Parameter(torch.randn(1, 1, 3))
+        self.table = nn.Embedding(2048, 128)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        doubled = self.shared * 2
+        x = F.conv1d(x, self.first.expand(8, 1, 3), groups=8, padding=1)
+        x = F.conv1d(x, doubled.expand(8, 1, 3), groups=8, padding=1)
+        x = F.conv1d(x, doubled.expand(8, 1, 3).flip(-1), groups=8, padding=1)
+        return x, self.table(ids)
+
+
+@pytest.mark.slow
+def test_the_fold_pass_folds_what_the_method_budget_admitted() -> None:
+    """The fold pass sees one delegate, whose parameters are a few bytes: it must still
+    fold every computation the partitioner admitted on the whole method's budget."""
+    torch.manual_seed(0)
+    model = _DelegateHoldsLess().eval()
+    inputs = (torch.randn(1, 8, 10), torch.tensor([[1, 5, 7]]))
+    edge = _lower(model, inputs, GrowthBudget(max_fold_bytes=200, max_program_fraction=0.05))
+    report = xnnfold.explain(edge)
+    assert all(r.folded == ("weight",) for r in report.rows), report.table()
+    # 96 - 12; then two folded 96-byte kernels, less the kernel and the lifted scalar 2.
+    assert report.growth == 84 + (2 * 96 - 12 - 8)
+    _assert_matches_eager(edge, model, inputs)

@@ -14,8 +14,10 @@ times costs what the hundred folded tensors take, less the source). The groups o
 method are admitted in program order while each stays within ``max_fold_bytes`` and
 their total within ``max_program_fraction`` of the method's parameters and buffers.
 That decision is one `Ledger` per method, built once from every GEMM of the graph, so the
-ATen plan, the edge configs and the fold pass, asking about any one GEMM, read the same
-verdicts.
+ATen plan and the edge configs, asking about any one GEMM, read the same verdicts. The
+fold pass re-checks with the same options inside one delegate, which holds part of the
+method's parameters: a fold the budget declines there was admitted on the whole method,
+and the pass folds it (`FoldComputedWeightsPass`).
 """
 
 from __future__ import annotations

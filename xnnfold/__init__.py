@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         uninstall_preprocess_hook,
         XnnpackFoldingPartitioner,
     )
+    from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH
     from xnnfold.passes.fold._unused import remove_unused_constants
     from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
     from xnnfold.passes.report._summary import ProgramSummary, summarize
@@ -49,6 +50,9 @@ _LAZY: dict[str, str] = {
     "LoadedProgram": "xnnfold.lowering._runtime",
     "run_pte": "xnnfold.lowering._runtime",
     "remove_unused_constants": "xnnfold.passes.fold._unused",
+    "DEFAULT_GROWTH_BUDGET": "xnnfold.passes._options",
+    "GrowthBudget": "xnnfold.passes._options",
+    "NO_GROWTH": "xnnfold.passes._options",
     "FoldComputedWeightsPass": "xnnfold.passes",
     "install_preprocess_hook": "xnnfold.passes",
     "is_preprocess_hook_installed": "xnnfold.passes",
@@ -66,8 +70,11 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [
+    "DEFAULT_GROWTH_BUDGET",
     "ExplainReport",
     "GemmRow",
+    "GrowthBudget",
+    "NO_GROWTH",
     "explain",
     "FoldComputedWeightsPass",
     "FoldSite",

@@ -20,6 +20,7 @@ __all__ = [
     "FOLD_META_KEY",
     "FOLD_OPTIONS_META_KEY",
     "FOLD_SCALES_META_KEY",
+    "GROWTH_META_KEY",
     "NN_MODULE_STACK_META_KEY",
     "PRESERVED_META_KEY",
     "PROVENANCE_META_KEYS",
@@ -44,6 +45,9 @@ FOLD_OPTIONS_META_KEY: Final = "xnnfold_fold_options"
 # factor}. XNNPACK's fully-connected op has no such scales, so the fold pass multiplies
 # them into the weight and bias constants and resets the addmm's to 1.
 FOLD_SCALES_META_KEY: Final = "xnnfold_fold_scales"
+# On a GEMM whose fold grows the program, folded or left outside by the growth budget:
+# (bytes added, the name of the group of folds that share its sources), for `explain`.
+GROWTH_META_KEY: Final = "xnnfold_growth"
 # On an ATen node the partitioner asked executorch not to decompose.
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
 # On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.

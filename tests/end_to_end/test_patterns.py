@@ -177,17 +177,19 @@ def test_modulated_weight_is_declined_with_a_reason(caplog: pytest.LogCaptureFix
 
 
 @pytest.mark.parametrize("name", ["expanded_kernel", "repeated_kernel"])
-def test_broadcast_kernel_is_declined_by_the_size_rule(
+def test_broadcast_kernel_is_declined_without_a_growth_budget(
     name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """One 4x4 kernel expand()ed or repeat()ed to 16 channels would fold to 16 times its
-    bytes: declined with the size reason, and still correct."""
+    """One 4x4 kernel expand()ed or repeat()ed to 16 channels folds to 16 times its
+    bytes: with NO_GROWTH it is declined by the size rule, naming the option, and still
+    correct. (The default budget folds it: tests/partition/test_growth_budget.py.)"""
     fixture = fixture_by_name(name)
+    partitioner = XnnpackFoldingPartitioner(growth_budget=xnnfold.NO_GROWTH)
     with caplog.at_level(logging.WARNING, logger=PARTITIONER_LOGGER):
-        lowered = lower_folding(fixture.model(), fixture.inputs())
-    assert lowered.summary.outside_ops["convolution"] == 1
-    assert any("would grow the program" in m for m in _warnings(caplog)), _warnings(caplog)
-    _assert_matches_eager(name, lowered.buffer)
+        edge = xnnfold.lower(fixture.model(), fixture.inputs(), partitioner=partitioner)
+    assert xnnfold.summarize(edge).outside_ops["convolution"] == 1
+    assert any("would grow the program" in m and "growth_budget" in m for m in _warnings(caplog))
+    _assert_matches_eager(name, edge.to_executorch().buffer)
 
 
 def test_multi_output_ops_are_not_asked_to_stay_undecomposed() -> None:

@@ -157,7 +157,12 @@ def test_every_stock_parameter_is_accepted_with_its_kind_and_default() -> None:
 def test_own_options_are_keyword_only() -> None:
     stock = {p.name for p in _parameters(XnnpackPartitioner)}
     own = [p for p in _parameters(XnnpackFoldingPartitioner) if p.name not in stock]
-    assert {p.name for p in own} >= {"fold", "max_fold_nodes", "keep_decomposition_filter"}
+    assert {p.name for p in own} >= {
+        "fold",
+        "max_fold_nodes",
+        "keep_decomposition_filter",
+        "growth_budget",
+    }
     assert all(
         p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD) for p in own
     )

@@ -152,7 +152,7 @@ def _verdict(result: Union[WeightComputation, Rejection, None]) -> str:
 
 
 class _Predicate:
-    """XNF501-XNF508: `find_weight_computation`."""
+    """XNF501-XNF508 and XNF516: `find_weight_computation`."""
 
     bundle = "rules"
 

@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from xnnfold._meta import CUSTOM_META_KEY, VAL_META_KEY
 from xnnfold.passes._codes import CODES
-from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._options import FoldOptions, GrowthBudget
 from xnnfold.passes.partition._predicates import new_analysis_cache, Rejection, WeightComputation
 
 from tests.unit._harness import (
@@ -187,6 +187,18 @@ class _PermutedInput(nn.Module):
         return torch.mm(x, y.permute(self.dims))
 
 
+class _ExpandedKernel(nn.Module):
+    """A depthwise ``conv1d`` whose 3-tap kernel is ``expand()``ed to 4 channels: the
+    folded weight takes 48 bytes, the kernel 12, so the fold adds 36."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.k = nn.Parameter(torch.randn(1, 1, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, self.k.expand(4, 1, 3), groups=4)
+
+
 class _Linear(nn.Linear):
     def __init__(self) -> None:
         super().__init__(4, 4)
@@ -229,6 +241,11 @@ _p = functools.partial
 # modules are exported once.
 _scaled_by_input = _p(_Scaled, scale_from_input=True)
 _CONV_INPUT = ((1, 2, 8),)
+
+
+def _budget(max_fold_bytes: int) -> FoldOptions:
+    return FoldOptions(growth_budget=GrowthBudget(max_fold_bytes, max_program_fraction=0.0))
+
 
 CASES: tuple[Case, ...] = (
     Case(
@@ -325,6 +342,14 @@ CASES: tuple[Case, ...] = (
         ARGUMENT_RULES,
         negative=Probe(_p(_PermutedInput, (0, 1)), inputs=((4, 4), (4, 4))),
         positive=Probe(_p(_PermutedInput, (1, 0)), inputs=((4, 4), (4, 4))),
+    ),
+    # A convolution has no run-time-weight form: its fold may grow the program by up to
+    # max_fold_bytes (here 36 bytes are needed).
+    Case(
+        "XNF516",
+        PREDICATE,
+        negative=Probe(_ExpandedKernel, inputs=((1, 4, 8),), options=_budget(35)),
+        positive=Probe(_ExpandedKernel, inputs=((1, 4, 8),), options=_budget(36)),
     ),
     # The stock config's own decision (here: no fp64 GEMM), recorded by the partitioner.
     Case(

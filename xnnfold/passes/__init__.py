@@ -1,7 +1,7 @@
 """After export: partition computed GEMM weights with their GEMM and fold them at preprocess."""
 
 from xnnfold._upstream import UnsupportedRelease
-from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget, NO_GROWTH
 from xnnfold.passes.fold._hook import (
     install_preprocess_hook,
     is_preprocess_hook_installed,
@@ -23,6 +23,7 @@ from xnnfold.passes.partition._predicates import (
 )
 
 __all__ = [
+    "DEFAULT_GROWTH_BUDGET",
     "FOLDING_GEMM_CONFIGS",
     "FoldComputedWeightsPass",
     "FoldOptions",
@@ -30,6 +31,8 @@ __all__ = [
     "FoldingConvolutionConfig",
     "FoldingLinearConfig",
     "FoldingMMConfig",
+    "GrowthBudget",
+    "NO_GROWTH",
     "Rejection",
     "UnsupportedRelease",
     "WeightComputation",

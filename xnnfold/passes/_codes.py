@@ -114,5 +114,10 @@ PERMUTED_WEIGHT: Final = _code(
     "permuted-weight",
     "a run-time weight is a permute that is not a transpose (XNNPACK would read it as one)",
 )
+BEYOND_BUDGET: Final = _code(
+    "XNF516",
+    "beyond-budget",
+    "a fold that grows the program would take more bytes than growth_budget leaves",
+)
 # The stock XNNPACK config's own reason (dtype, rank, options ...), passed on as it is.
 STOCK: Final = _code("XNF590", "stock", "executorch's XNNPACK config declined the GEMM")

@@ -32,6 +32,7 @@ from xnnfold._meta import (
     VAL_META_KEY,
 )
 from xnnfold._upstream import exir_ops, set_graph_signature, XNNPACKPass
+from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.partition._arguments import is_matrix_transpose
@@ -262,11 +263,16 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     # delegate reads a lifted scalar as a delegate input. Folding is
                     # correct when only sources are shared (they stay for that reader);
                     # a shared intermediate would stay too, computed by ops no XNNPACK
-                    # config checked, so that still fails below.
+                    # config checked, so that still fails below. The growth budget is
+                    # the partitioner's on the whole method (this delegate holds a part
+                    # of its parameters); a computation it declines here passed every
+                    # sharing rule, so its shared intermediates only feed folds too.
                     alone = find_weight_computation(
                         node, index, ep, arg_positions=positions, options=options, sharing=False
                     )
-                    if isinstance(alone, WeightComputation) and not alone.shared:
+                    if isinstance(alone, WeightComputation) and (
+                        not alone.shared or result.code is BEYOND_BUDGET
+                    ):
                         result = alone
                 if isinstance(result, Rejection) and options is not None:
                     # The partitioner accepted this computation into the delegate; left

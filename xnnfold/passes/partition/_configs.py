@@ -31,7 +31,7 @@ from torch.fx import Graph, Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
-from xnnfold.passes._codes import Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
+from xnnfold.passes._codes import BEYOND_BUDGET, Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.partition._arguments import (
     addmm_problem,
@@ -40,6 +40,7 @@ from xnnfold.passes.partition._arguments import (
     permuted_weight_problem,
     shared_kernel_problem,
 )
+from xnnfold.passes.partition._growth import note_growth
 from xnnfold.passes.partition._predicates import (
     find_weight_computation,
     is_constant_source,
@@ -162,6 +163,11 @@ class FoldingGEMMMixin:
                 return written
             if isinstance(alone, WeightComputation) and node.name in self.fold_anyway:
                 result = alone
+            elif isinstance(alone, Rejection) and alone.code is BEYOND_BUDGET:
+                # Declined by the budget even with nothing else keeping its sources: that
+                # is the reason (its sources look kept, or the GEMMs sharing them
+                # non-folding, only because the budget declined them).
+                result = alone
             elif isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
                 # Declined only to keep the program small: a method lowered after this
                 # one's decompositions stores a source too, or a GEMM that takes its
@@ -241,6 +247,7 @@ class FoldingGEMMMixin:
         result = self.computation(node, arg_index, ep)
         if result is None:
             return None
+        note_growth(node, arg_index, result)
         if (
             isinstance(result, WeightComputation)
             and result.shared

@@ -39,6 +39,7 @@ from xnnfold._meta import (
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
+    GROWTH_META_KEY,
     PRESERVED_META_KEY,
     REASON_CODE_META_KEY,
     REASON_META_KEY,
@@ -51,7 +52,7 @@ from xnnfold.passes._ops import (
     EDGE_GEMM_ARGS,
     QUANTIZATION_NAMESPACES,
 )
-from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes._walk import walk
 from xnnfold.passes.fold._hook import install_preprocess_hook
 from xnnfold.passes.fold._pass import has_fold_marks
@@ -94,7 +95,7 @@ FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"
 ENABLE_BF16_OPTION = "enable_bf16"
 
 # What the configs write onto a GEMM they accept (cleared before each matching).
-_MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY)
+_MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY, GROWTH_META_KEY)
 
 
 def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> bool:
@@ -152,6 +153,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             is left out when it provably changes nothing (every instance it could see
             is accepted), which saves executorch two decomposition passes; the program
             is byte-identical either way. An escape hatch, slower.
+        growth_budget: the bytes a convolution's fold may add to the program
+            (`GrowthBudget`; `NO_GROWTH` declines every fold that grows it).
         **config_options: handed to every config class, as `XnnpackPartitioner` hands
             its keywords: ``force_non_static_weights_for_f32_linear``, ``enable_bf16``
             (executorch 1.5.0 and later), and the options of config classes given in
@@ -179,6 +182,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         fold: bool = True,
         max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
         keep_decomposition_filter: bool = False,
+        growth_budget: GrowthBudget = DEFAULT_GROWTH_BUDGET,
         **config_options: Any,
     ) -> None:
         check_releases()
@@ -193,9 +197,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 _installed("executorch") or "(unknown version)",
             )
         try:
-            options = FoldOptions(max_fold_nodes=max_fold_nodes)
-        except ValueError as error:
-            raise ValueError(f"XnnpackFoldingPartitioner: {error}") from None
+            options = FoldOptions(max_fold_nodes=max_fold_nodes, growth_budget=growth_budget)
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"XnnpackFoldingPartitioner: {error}") from None
         super().__init__(
             folding_configs(configs or ALL_PARTITIONER_CONFIGS),
             config_precisions,

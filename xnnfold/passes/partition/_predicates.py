@@ -10,6 +10,7 @@ it, so "delegated" and "folded" can never disagree.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import itertools
 import weakref
@@ -64,6 +65,8 @@ from xnnfold.passes._ops import (
 )
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import post_order, walk
+from xnnfold.passes.partition._growth import beyond_budget, Growth, Ledger, node_bytes
+from xnnfold.passes.partition._growth import node_bytes as value_bytes
 
 __all__ = [
     "AnalysisCache",
@@ -113,6 +116,8 @@ class WeightComputation:
     sources: tuple[Node, ...]
     site: Optional[str]
     shared: tuple[Node, ...] = ()
+    # What the fold adds to the program, when it grows it (within the growth budget).
+    growth: Optional[Growth] = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,8 @@ class Rejection:
     # True when the GEMM must stay exactly as the stock partitioner leaves it (its
     # sources live in an external .ptd): no run-time-weight delegation either.
     keep_stock: bool = False
+    # What folding would add to the program (XNF508, XNF516).
+    growth: Optional[Growth] = None
 
 
 def op_overload(target: object) -> Optional[OpOverload]:
@@ -203,6 +210,8 @@ class _ConstantMap:
     fqns: dict[str, str]
     # `weight_only` when some GEMMs do not fold (see `_weight_only`).
     weight_only_without: dict[frozenset[str], dict[str, bool]] = field(default_factory=dict)
+    # The growth budget's verdicts (`_growth.Ledger`), by options and stored_elsewhere.
+    ledgers: dict[object, Ledger] = field(default_factory=dict)
 
 
 # The constant maps of one lowering, by graph. The partitioner and the fold pass each own
@@ -553,22 +562,6 @@ def stored_constants(
     return frozenset(stored)
 
 
-def _nbytes(node: Node, float_itemsize: Optional[int] = None) -> Optional[int]:
-    """Bytes of ``node``'s value; with ``float_itemsize``, a floating-point value counts as
-    if stored at that element size (integer data keeps its own: int8 is compression)."""
-    val = node.meta.get(VAL_META_KEY)
-    if not isinstance(val, torch.Tensor) or free_symbols(val):
-        return None
-    if float_itemsize is not None and val.dtype.is_floating_point:
-        return val.numel() * float_itemsize
-    return val.numel() * val.element_size()
-
-
-def value_bytes(node: Node) -> Optional[int]:
-    """Bytes of ``node``'s value as stored, or None for a dynamic shape."""
-    return _nbytes(node)
-
-
 def _fill_op(node: Node) -> bool:
     op = op_overload(node.target)
     return op is not None and op.overloadpacket in FILL_OPS
@@ -652,6 +645,7 @@ def find_weight_computation(
     stored_elsewhere: frozenset[str] = frozenset(),
     non_folding: frozenset[str] = frozenset(),
     sharing: bool = True,
+    _budgeted: bool = True,
 ) -> Union[WeightComputation, Rejection, None]:
     """Find the computation behind ``gemm.args[arg_index]`` and check it can be folded.
 
@@ -672,6 +666,7 @@ def find_weight_computation(
             sources, shared intermediates, growth). Without them only the rules that
             make a fold wrong apply: what is left is correct to fold, the sources other
             readers need staying beside the folded value.
+        _budgeted: False (the growth ledger measuring) declines every growing fold.
 
     Returns:
         None when the argument is absent or already a parameter (nothing to fold), a
@@ -709,6 +704,7 @@ def find_weight_computation(
     rejection = _external_data_rule(arg=arg, sources=sources, site=site)
     if rejection is not None:
         return rejection
+    growth = None
     if sharing:
         weight_only = _weight_only(ep, non_folding)
         rejection = _other_readers_rule(
@@ -730,10 +726,16 @@ def find_weight_computation(
             non_folding=non_folding,
             site=site,
         )
+        growth = rejection.growth if rejection is not None else None
+        if rejection is not None and _budgeted:
+            rejection = beyond_budget(
+                rejection, ep, options, stored_elsewhere, cmap.ledgers, find_weight_computation
+            )
         if rejection is not None:
             return rejection
+    shared_nodes = _shared_nodes(nodes, root, members)
     return WeightComputation(
-        gemm, arg_index, role, root, nodes, sources, site, _shared_nodes(nodes, root, members)
+        gemm, arg_index, role, root, nodes, sources, site, shared_nodes, growth
     )
 
 
@@ -924,8 +926,8 @@ def _size_rule(
             site=site,
         )
     folded_roots, freed_sources, kept_sources = shared
-    folded = sum(_nbytes(r) or 0 for r in folded_roots)
-    sizes = [_nbytes(s) for s in (*folded_roots, *freed_sources)]
+    folded = sum(node_bytes(r) or 0 for r in folded_roots)
+    sizes = [node_bytes(s) for s in (*folded_roots, *freed_sources)]
     if any(b is None for b in sizes):
         return arg.reject(
             DYNAMIC_SHAPE, f"the {role} has a dynamic shape", from_constants=True, site=site
@@ -938,8 +940,8 @@ def _size_rule(
     # sources (see FILL_OPS). What stays declined is growth in elements: a low-rank
     # product without its base weight, an expand()ed or repeat()ed kernel.
     itemsize = root.meta[VAL_META_KEY].element_size()
-    freed = sum(_nbytes(s, itemsize) or 0 for s in freed_sources) + sum(
-        _nbytes(n, itemsize) or 0 for n in nodes if _fill_op(n)
+    freed = sum(node_bytes(s, itemsize) or 0 for s in freed_sources) + sum(
+        node_bytes(n, itemsize) or 0 for n in nodes if _fill_op(n)
     )
     if folded <= freed:
         return None
@@ -958,12 +960,13 @@ def _size_rule(
         if len(folded_roots) > 1
         else f"the folded {role} takes"
     )
-    return arg.reject(
+    rejection = arg.reject(
         GROWS_PROGRAM,
         f"folding would grow the program: {takes} {folded} bytes, {why_not}",
         from_constants=True,
         site=site,
     )
+    return dataclasses.replace(rejection, growth=Growth(folded_roots[0].name, folded, freed))
 
 
 def _shared_nodes(nodes: tuple[Node, ...], root: Node, members: set[Node]) -> tuple[Node, ...]:

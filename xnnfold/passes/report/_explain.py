@@ -17,8 +17,9 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._meta import FOLD_META_KEY, REASON_CODE_META_KEY, REASON_META_KEY
+from xnnfold._meta import FOLD_META_KEY, GROWTH_META_KEY, REASON_CODE_META_KEY, REASON_META_KEY
 from xnnfold._upstream import schema_of
+from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.partition._predicates import arg_role, op_overload, site_of
 from xnnfold.passes.report._reasons import module_path
@@ -49,6 +50,10 @@ class GemmRow:
             weight was not folded (XNNPACK then reads it at run time).
         code: the stable code of the rule behind ``reason`` (XNF5xx, docs/reasons.md),
             None when there is no reason.
+        growth: bytes its folds added to the program (delegated), or would have added
+            (left outside by the growth budget, XNF516); None when folding grows nothing.
+            Folds that share sources are one group, counted on each of its GEMMs.
+        growth_group: the name of that group (`ExplainReport.growth` counts each once).
     """
 
     method: str
@@ -62,6 +67,8 @@ class GemmRow:
     computed: bool
     reason: Optional[str]
     code: Optional[str] = None
+    growth: Optional[int] = None
+    growth_group: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -80,8 +87,18 @@ class ExplainReport:
         """GEMMs whose computed weight or bias was folded inside a delegate."""
         return tuple(r for r in self.rows if r.folded)
 
+    @property
+    def growth(self) -> int:
+        """Bytes the folds that grow the program added to it (each group once)."""
+        groups = {(r.method, r.growth_group): r.growth for r in self.rows if r.delegated}
+        return sum(bytes_ or 0 for bytes_ in groups.values())
+
     def table(self) -> str:
-        header = ("method", "gemm", "op", "module", "where", "folded", "reason")
+        """One line per GEMM; a "growth" column (bytes added, or that the growth
+        budget refused) when some fold grows the program."""
+        grows = any(r.growth is not None for r in self.rows)
+        header = ("method", "gemm", "op", "module", "where", "folded", *grows * ("growth",))
+        header += ("reason",)
         lines = [
             (
                 r.method,
@@ -90,6 +107,7 @@ class ExplainReport:
                 r.module,
                 r.backend if r.delegated and r.backend else "portable",
                 ", ".join(r.folded) or ("-" if not r.computed else "no"),
+                *grows * (f"+{r.growth}" if r.growth is not None else "",),
                 f"{r.code}: {r.reason}" if r.code and r.reason else r.reason or "",
             )
             for r in self.rows
@@ -109,6 +127,12 @@ class ExplainReport:
             f"{len(self.rows)} GEMMs: {len(self.rows) - outside} delegated "
             f"({len(self.folded)} with folded weights), {outside} on portable"
         )
+        beyond = sum(r.code == BEYOND_BUDGET.code for r in self.rows)
+        if grows:
+            out.append(
+                f"folds grew the program by {self.growth} bytes (growth_budget); "
+                f"{beyond} GEMMs left outside by the budget"
+            )
         return "\n".join(out)
 
     def __str__(self) -> str:
@@ -138,6 +162,15 @@ def _computed(node: Node) -> bool:
     return False
 
 
+def _growth(node: Node, indices: object) -> tuple[Optional[int], Optional[str]]:
+    """The bytes and group `note_growth` recorded for the arguments in ``indices``."""
+    noted = node.meta.get(GROWTH_META_KEY) or {}
+    found = [noted[i] for i in noted if i in indices]  # type: ignore[operator]
+    if not found:
+        return None, None
+    return sum(bytes_ for bytes_, _ in found), found[0][1]
+
+
 def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
     marks = node.meta.get(FOLD_META_KEY) or {}
     positions = _positions(node)
@@ -155,6 +188,7 @@ def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
         _computed(node) or bool(folded),
         node.meta.get(REASON_META_KEY),
         node.meta.get(REASON_CODE_META_KEY),
+        *_growth(node, marks),
     )
 
 
@@ -166,6 +200,7 @@ def _outside_row(method: str, node: Node) -> GemmRow:
         if isinstance(arg, Node):
             site = site or site_of(arg)
     reason = node.meta.get(REASON_META_KEY) or _NO_REASON
+    code = node.meta.get(REASON_CODE_META_KEY)
     return GemmRow(
         method,
         node.name,
@@ -177,7 +212,8 @@ def _outside_row(method: str, node: Node) -> GemmRow:
         site,
         computed,
         reason,
-        node.meta.get(REASON_CODE_META_KEY),
+        code,
+        *(_growth(node, _positions(node)) if code == BEYOND_BUDGET.code else (None, None)),
     )
 
 

@@ -97,7 +97,12 @@ _LOWER: Final = "to_edge_transform_and_lower"
 # with the stock partitioner; a stock call passing one of the folding partitioner's own
 # option names to its configs would change meaning, so such a call is left alone.
 FOLDING_PARTITIONER_POSITIONAL: Final = ("configs", "config_precisions", "per_op_mode", "verbose")
-FOLDING_PARTITIONER_OPTIONS: Final = ("fold", "max_fold_nodes", "keep_decomposition_filter")
+FOLDING_PARTITIONER_OPTIONS: Final = (
+    "fold",
+    "max_fold_nodes",
+    "keep_decomposition_filter",
+    "growth_budget",
+)
 
 # GEMMs whose weight argument is examined in forward: name -> (weight index, bias index).
 _GEMMS: Final[dict[str, tuple[int, ...]]] = {

@@ -1,4 +1,4 @@
-"""The one seam to executorch, torch and libcst internals, and the releases it was written for.
+"""The one seam to executorch, torch, torchao and libcst internals, and the releases they are for.
 
 xnnfold extends executorch's XNNPACK backend where it has no public seam: it overrides the
 GEMM configs' dependency hooks, wraps `XnnpackBackend.preprocess`, reads executorch's
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
         _WeightNorm as WeightNormParametrization,
     )
     from torch.utils._pytree import tree_flatten
+    from torchao.quantization.quant_api import _is_linear as quantize_default_filter
 
 __all__ = [
     "DEFAULT_COMBINATION",
@@ -61,6 +62,7 @@ __all__ = [
     "exir_ops",
     "is_fake",
     "optional_internal",
+    "quantize_default_filter",
     "real_value_of_fake",
     "set_graph_signature",
     "tree_flatten",
@@ -144,12 +146,14 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
     "SpectralNormParametrization": ("torch", "torch.nn.utils.parametrizations", "_SpectralNorm"),
     "OrthogonalParametrization": ("torch", "torch.nn.utils.parametrizations", "_Orthogonal"),
     "LazyValue": ("libcst", "libcst._metadata_dependent", "LazyValue"),
+    "quantize_default_filter": ("torchao", "torchao.quantization.quant_api", "_is_linear"),
 }
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {
     "executorch": _listing(TESTED["executorch"]),
     "torch": _listing(TESTED["torch"]),
     "libcst": "1.9",
+    "torchao": "0.18",
 }
 
 # (module, attribute path) of every private class attribute the folding partitioner and

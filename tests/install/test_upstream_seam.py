@@ -1,4 +1,5 @@
-"""The one seam: every private executorch, torch and libcst name is imported in `_upstream`."""
+"""The one seam: every private executorch, torch, torchao and libcst name is imported in
+`_upstream`."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from xnnfold import _upstream
 from xnnfold._upstream import INTERNALS, UnsupportedRelease
 
 PACKAGE = Path(_upstream.__file__).parent
-_UPSTREAM_PACKAGES = ("executorch", "torch", "libcst")
+_UPSTREAM_PACKAGES = ("executorch", "torch", "torchao", "libcst")
 
 
 @pytest.mark.parametrize("name", INTERNALS)

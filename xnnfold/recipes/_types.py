@@ -37,7 +37,7 @@ class XnnfoldRecipeType(RecipeType):
 
     # torchao quantize_ on the eager model: int8 dynamic activations, int4 weights, per
     # channel or per group (``group_size``, default 32). A module torchao quantizes must
-    # hold its weight as a parameter (see `_torchao.py`).
+    # hold its weight and bias as stored tensors (see `_torchao.py`).
     TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT_PER_CHANNEL = "xnnfold_torchao_int8da_int4w_per_channel"
     TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT_PER_TENSOR = "xnnfold_torchao_int8da_int4w_per_tensor"
 

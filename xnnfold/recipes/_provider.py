@@ -12,8 +12,8 @@ with the same keywords (the stock provider validates them), and changes only:
 Everything else (quantizers, edge compile config, backend config, strictness, stages) is
 the stock recipe's own object, so what a newer executorch changes in its recipes carries
 over. xnnfold's `prepare_for_xnnpack` has no place here: a recipe reaches the model only
-through torchao's `quantize_`, and the marks only name the sites in reports (a model the
-caller prepared keeps them; see docs/recipes.md).
+through torchao's `quantize_`, and the marks only name the sites in reports (the caller
+can prepare the model and export non-strict; see docs/recipes.md).
 """
 
 from __future__ import annotations

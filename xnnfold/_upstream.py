@@ -1,4 +1,5 @@
-"""The one seam to executorch, torch, transformers and libcst internals, and their releases.
+"""The one seam to executorch, torch, torchao, transformers and libcst internals, and their
+releases.
 
 xnnfold extends executorch's XNNPACK backend where it has no public seam: it overrides the
 GEMM configs' dependency hooks, wraps `XnnpackBackend.preprocess`, reads executorch's
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         _WeightNorm as WeightNormParametrization,
     )
     from torch.utils._pytree import tree_flatten, tree_leaves
+    from torchao.quantization.quant_api import _is_linear as quantize_default_filter
 
     # transformers.exporters.exporter_executorch._BACKEND_PREPARE: backend name ->
     # (model, sample_inputs) -> (model, sample_inputs, partitioners).
@@ -77,6 +79,7 @@ __all__ = [
     "is_fake",
     "optional_internal",
     "overload_name_of",
+    "quantize_default_filter",
     "real_value_of_fake",
     "schema_of",
     "set_graph_signature",
@@ -172,6 +175,7 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
         "transformers.exporters.exporter_executorch",
         "_BACKEND_PREPARE",
     ),
+    "quantize_default_filter": ("torchao", "torchao.quantization.quant_api", "_is_linear"),
 }
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {
@@ -179,6 +183,7 @@ _WRITTEN_FOR: Final[dict[str, str]] = {
     "torch": _listing(TESTED["torch"]),
     "libcst": "1.9",
     "transformers": "5.24.0",
+    "torchao": "0.18",
 }
 
 # (module, attribute path) of every private class attribute the folding partitioner and

@@ -1,5 +1,6 @@
-"""The one seam: every private executorch, torch, transformers and libcst name is reached in
-`_upstream`: imported there (`INTERNALS`), or read and written there by an accessor."""
+"""The one seam: every private executorch, torch, torchao, transformers and libcst name is
+reached in `_upstream`: imported there (`INTERNALS`), or read and written there by an
+accessor."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from xnnfold import _upstream
 from xnnfold._upstream import INTERNALS, UnsupportedRelease, UPSTREAM_NAMES
 
 PACKAGE = Path(_upstream.__file__).parent
-_UPSTREAM_PACKAGES = ("executorch", "torch", "libcst", "transformers")
+_UPSTREAM_PACKAGES = ("executorch", "torch", "torchao", "libcst", "transformers")
 # Packages only an optional integration reads: absent from some supported installs.
 _OPTIONAL_PACKAGES = ("transformers",)
 

@@ -17,6 +17,8 @@ import torch
 
 from xnnfold.testing import assert_fully_delegated
 
+from tests.support.audio_encoders import tiny_encoder
+
 transformers = pytest.importorskip("transformers")
 
 pytestmark = [pytest.mark.slow, pytest.mark.runtime]
@@ -28,17 +30,7 @@ def _audio(samples: int) -> tuple[torch.Tensor, ...]:
 
 # Two conv layers of the feature encoder, two transformer layers: the positional
 # convolution (weight_norm, dim=2) is what folds.
-_ENCODER = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=37,
-    conv_dim=(16, 16),
-    conv_kernel=(10, 3),
-    conv_stride=(5, 2),
-    num_conv_pos_embeddings=16,
-    num_conv_pos_embedding_groups=4,
-)
+_ENCODER = tiny_encoder(layers=2)
 _HIFIGAN = dict(
     model_in_dim=20,
     upsample_initial_channel=32,

@@ -23,18 +23,10 @@ import torch
 
 import xnnfold
 
+from tests.support.audio_encoders import tiny_encoder
+
 _SEED = 0
-_ENCODER = dict(  # the feature encoder's two convs, one transformer layer
-    hidden_size=32,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    intermediate_size=37,
-    conv_dim=(16, 16),
-    conv_kernel=(10, 3),
-    conv_stride=(5, 2),
-    num_conv_pos_embeddings=16,
-    num_conv_pos_embedding_groups=4,
-)
+_ENCODER = tiny_encoder(layers=1)
 # Models whose positional convolution is under weight_norm, and one with nothing to fold.
 _FOLDING = ("wav2vec2", "hubert", "wav2vec2_ctc")
 _NOTHING_TO_FOLD = "data2vec_audio"

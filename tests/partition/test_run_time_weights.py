@@ -133,30 +133,48 @@ def test_an_identity_permute_that_folds_is_still_delegated() -> None:
     assert gemm.delegated and gemm.folded == ("weight",), gemm
 
 
-@pytest.mark.skipif(not supports_bf16(), reason="this executorch has no bf16 delegation")
-def test_a_bf16_weight_computed_at_run_time_stays_on_portable() -> None:
-    """Found by reading XNNPACK's fully-connected definition (a non-static filter must be
-    fp32 or fp16): the program lowered and then failed to load."""
+class _LowRankBf16(nn.Module):
+    """A bf16 weight computed at run time: XNNPACK's fully-connected op takes a non-static
+    filter only in fp32 or fp16, so the mm has no run-time-weight form."""
 
-    class LowRankBf16(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            generator = torch.Generator().manual_seed(6)
-            self.a = nn.Parameter(torch.randn(N, RANK, generator=generator).bfloat16())
-            self.b = nn.Parameter(torch.randn(RANK, N, generator=generator).bfloat16())
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(6)
+        self.a = nn.Parameter(torch.randn(N, RANK, generator=generator).bfloat16())
+        self.b = nn.Parameter(torch.randn(RANK, N, generator=generator).bfloat16())
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x @ (self.a @ self.b)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ (self.a @ self.b)
 
-    model = LowRankBf16().eval()
+
+def _lower_bf16(**options: Any) -> Any:
+    """The lowered program, once checked bit-exact against eager through the runtime."""
+    model = _LowRankBf16().eval()
     x = torch.randn(4, N, generator=torch.Generator().manual_seed(4)).bfloat16()
     edge = to_edge_transform_and_lower(
         torch.export.export(model, (x,)),
-        partitioner=[xnnfold.XnnpackFoldingPartitioner(enable_bf16=True)],
+        partitioner=[xnnfold.XnnpackFoldingPartitioner(enable_bf16=True, **options)],
     )
     (out,) = xnnfold.run_pte(edge.to_executorch().buffer, (x,))
     torch.testing.assert_close(out, model(x), rtol=0.0, atol=0.0)
+    return edge
+
+
+@pytest.mark.skipif(not supports_bf16(), reason="this executorch has no bf16 delegation")
+def test_a_bf16_weight_computed_at_run_time_stays_on_portable_without_growth() -> None:
+    """Found by reading XNNPACK's fully-connected definition (a non-static filter must be
+    fp32 or fp16): delegated unfolded, the program lowered and then failed to load."""
+    edge = _lower_bf16(growth_budget=xnnfold.NO_GROWTH)
     assert not _outer_gemm(edge).delegated
+
+
+@pytest.mark.skipif(not supports_bf16(), reason="this executorch has no bf16 delegation")
+def test_a_bf16_weight_computed_at_run_time_folds_within_the_growth_budget() -> None:
+    """With no run-time-weight form, a growing fold is the only way into the delegate:
+    the default budget admits it (docs/growth-budget.md)."""
+    edge = _lower_bf16()
+    gemm = _outer_gemm(edge)
+    assert gemm.delegated and gemm.folded == ("weight",) and gemm.growth > 0, gemm
 
 
 @pytest.mark.parametrize("addmm", [False, True], ids=["mm", "addmm"])

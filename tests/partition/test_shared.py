@@ -567,18 +567,40 @@ def _run_time_linear_program(partitioner: Any) -> tuple[bytes, Any, dict[str, nn
     return edge.to_executorch().buffer, edge, modules
 
 
-def test_a_source_a_run_time_weight_keeps_is_not_folded_by_another_method() -> None:
+def test_a_source_a_run_time_weight_keeps_is_not_folded_without_growth() -> None:
     """With ``force_non_static_weights_for_f32_linear`` the linear computes its weight at
     run time, so the packed source stays; folding the conv's half would store it twice."""
     buffer, edge, _ = _run_time_linear_program(
-        xnnfold.XnnpackFoldingPartitioner(force_non_static_weights_for_f32_linear=True)
+        xnnfold.XnnpackFoldingPartitioner(
+            force_non_static_weights_for_f32_linear=True, growth_budget=xnnfold.NO_GROWTH
+        )
     )
     stock, _, _ = _run_time_linear_program(
         XnnpackPartitioner(force_non_static_weights_for_f32_linear=True)
     )
     assert len(buffer) <= len(stock) + 2 * 1024, (len(buffer), len(stock))
     (conv,) = [r for r in xnnfold.explain(edge).rows if r.method == "conv"]
-    assert conv.folded == (), conv
+    assert conv.folded == () and conv.code == "XNF516", conv
+
+
+def test_a_source_a_run_time_weight_keeps_counts_as_growth_when_folded() -> None:
+    """The conv has no run-time-weight form, so the default budget folds its half: the
+    program grows by what `explain` reports (the half stored twice), no more."""
+    buffer, edge, modules = _run_time_linear_program(
+        xnnfold.XnnpackFoldingPartitioner(force_non_static_weights_for_f32_linear=True)
+    )
+    stock, _, _ = _run_time_linear_program(
+        XnnpackPartitioner(force_non_static_weights_for_f32_linear=True)
+    )
+    (conv,) = [r for r in xnnfold.explain(edge).rows if r.method == "conv"]
+    assert conv.delegated and conv.folded == ("weight",), conv
+    half = 64 * 256 * 4
+    assert half - 64 <= conv.growth <= half, conv
+    assert len(buffer) <= len(stock) + conv.growth + 1024, (len(buffer), len(stock))
+    inputs = {"linear": _inputs((3, 64)), "conv": _inputs((1, 64, 5))}
+    for name, module in modules.items():
+        (out,) = xnnfold.run_pte(buffer, inputs[name], name)
+        torch.testing.assert_close(out, module(*inputs[name]), rtol=1e-5, atol=1e-5)
 
 
 class _HeldSource(nn.Module):

@@ -30,7 +30,7 @@ from xnnfold import (
     XnnpackFoldingPartitioner,
 )
 from xnnfold.passes import FoldOptions
-from xnnfold.passes.partition._predicates import (
+from xnnfold.passes.analysis._predicates import (
     _constant_map,
     analysis_scope,
     find_weight_computation,
@@ -238,7 +238,7 @@ def test_two_partitioners_do_not_share_constant_maps() -> None:
 @pytest.fixture
 def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every constant-map sweep from here on, by the swept graph's node count."""
-    from xnnfold.passes.partition import _predicates
+    from xnnfold.passes.analysis import _predicates
 
     found: list[int] = []
     real = _predicates._SignatureIndex.of
@@ -254,7 +254,7 @@ def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 @contextlib.contextmanager
 def _outside_any_scope() -> Iterator[None]:
     """As a user is: outside this file's shared scope."""
-    from xnnfold.passes.partition import _predicates
+    from xnnfold.passes.analysis import _predicates
 
     token = _predicates._SCOPE.set(None)
     try:

@@ -65,8 +65,8 @@ from xnnfold.passes._ops import (
 )
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import post_order, walk
-from xnnfold.passes.partition._growth import beyond_budget, Growth, Ledger, node_bytes
-from xnnfold.passes.partition._growth import node_bytes as value_bytes
+from xnnfold.passes.analysis._growth import beyond_budget, Growth, Ledger, node_bytes
+from xnnfold.passes.analysis._growth import node_bytes as value_bytes
 
 __all__ = [
     "AnalysisCache",

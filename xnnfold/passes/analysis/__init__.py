@@ -18,29 +18,28 @@ from xnnfold.passes.analysis._arguments import (
     permuted_weight_problem,
     shared_kernel_problem,
 )
-from xnnfold.passes.analysis._growth import Growth, note_growth
-from xnnfold.passes.analysis._predicates import (
-    analysis_scope,
-    AnalysisCache,
-    arg_role,
-    computation_key,
-    constant_fqns,
-    external_tag,
-    find_weight_computation,
-    gemm_positions,
+from xnnfold.passes.analysis._constants import (
     is_constant_node,
     is_constant_source,
+    stored_constants,
+)
+from xnnfold.passes.analysis._growth import Growth, note_growth
+from xnnfold.passes.analysis._growth import node_bytes as value_bytes
+from xnnfold.passes.analysis._nodes import (
+    arg_role,
+    constant_fqns,
+    external_tag,
+    gemm_positions,
     is_float32,
     is_gemm,
     is_preserved,
-    new_analysis_cache,
     op_overload,
-    Rejection,
     site_of,
-    stored_constants,
-    value_bytes,
-    WeightComputation,
 )
+from xnnfold.passes.analysis._predicates import find_weight_computation
+from xnnfold.passes.analysis._results import Rejection, WeightComputation
+from xnnfold.passes.analysis._scope import analysis_scope, AnalysisCache, new_analysis_cache
+from xnnfold.passes.analysis._structure import computation_key
 
 __all__ = [
     "ADDMM_BIAS",

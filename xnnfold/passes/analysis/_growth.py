@@ -40,7 +40,7 @@ from xnnfold.passes._options import FoldOptions, GrowthBudget, NO_GROWTH
 from xnnfold.passes.analysis._arguments import addmm_scales
 
 if TYPE_CHECKING:
-    from xnnfold.passes.analysis._predicates import Rejection
+    from xnnfold.passes.analysis._results import Rejection
 
 __all__ = [
     "Growth",

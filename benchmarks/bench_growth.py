@@ -70,8 +70,8 @@ def survey() -> list[str]:
     run-time-weight form), measured on the exported program: the evidence for the
     default budget."""
     from xnnfold.passes._options import FoldOptions
-    from xnnfold.passes.partition._growth import _growth_of, program_bytes
-    from xnnfold.passes.partition._predicates import find_weight_computation, gemm_positions
+    from xnnfold.passes.analysis import find_weight_computation, gemm_positions
+    from xnnfold.passes.analysis._growth import _growth_of, program_bytes
 
     lines = [
         "| fixture | growing folds (groups) | largest fold (bytes) | all folds (bytes) "

@@ -115,7 +115,7 @@ def _add_reader(ep: ExportedProgram, value: torch.fx.Node) -> None:
 
 
 def _marked_weight_computation(ep: ExportedProgram):
-    from xnnfold.passes.partition._predicates import find_weight_computation
+    from xnnfold.passes.analysis import find_weight_computation
 
     gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
     (index,) = gemm.meta[FOLD_META_KEY]

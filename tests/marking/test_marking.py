@@ -15,7 +15,7 @@ from xnnfold import find_sites, prepare_for_xnnpack, unprepare_for_xnnpack
 from xnnfold._meta import SITE_META_KEY
 from xnnfold.fixtures import layer_fixture, NORMS
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
-from xnnfold.passes.partition._predicates import site_of
+from xnnfold.passes.analysis import site_of
 
 LAYERS_FOR_MARKS = ("conv1d", "conv_transpose2d", "linear")
 CASES = [

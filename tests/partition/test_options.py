@@ -24,12 +24,12 @@ from xnnfold._meta import FOLD_OPTIONS_META_KEY
 from xnnfold._upstream import supports_bf16
 from xnnfold.passes import FoldingLinearConfig, FoldOptions
 from xnnfold.passes._codes import SHARED_TOO_WIDE
-from xnnfold.passes.partition import _partitioner as partitioner_module
-from xnnfold.passes.partition._predicates import (
+from xnnfold.passes.analysis import (
     find_weight_computation,
     Rejection,
     WeightComputation,
 )
+from xnnfold.passes.partition import _partitioner as partitioner_module
 
 pytestmark = pytest.mark.runtime
 

@@ -30,14 +30,14 @@ from xnnfold import (
     XnnpackFoldingPartitioner,
 )
 from xnnfold.passes import FoldOptions
-from xnnfold.passes.partition._predicates import (
-    _constant_map,
+from xnnfold.passes.analysis import (
     analysis_scope,
     find_weight_computation,
     new_analysis_cache,
     Rejection,
     WeightComputation,
 )
+from xnnfold.passes.analysis._constants import constant_map
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = pytest.mark.slow
@@ -86,7 +86,7 @@ def _linear(ep: ExportedProgram) -> torch.fx.Node:
 def test_sweep_classifies_inputs_like_torch_helpers() -> None:
     ep = torch.export.export(Inputs(), (torch.randn(2, 4),))
     mutated = set(ep.graph_signature.buffers_to_mutate.values())
-    cmap = _constant_map(ep)
+    cmap = constant_map(ep)
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     expected = {
         n.name: is_param(ep, n)
@@ -131,7 +131,7 @@ def test_stale_constant_map_cannot_fold_a_runtime_value() -> None:
     count = len(ep.graph.nodes)
     root.replace_input_with(root.args[0], x)
     assert len(ep.graph.nodes) == count
-    assert _constant_map(ep).constant[root.name]  # the cached, stale answer
+    assert constant_map(ep).constant[root.name]  # the cached, stale answer
     result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions())
     assert isinstance(result, Rejection)
     assert not result.computed_from_constants
@@ -222,9 +222,9 @@ def test_a_query_fills_only_the_innermost_scope() -> None:
     ep = _weight_norm_linear_program()
     with analysis_scope(new_analysis_cache()) as outer:
         with analysis_scope(new_analysis_cache()) as inner:
-            _constant_map(ep)
+            constant_map(ep)
         assert ep.graph in inner and ep.graph not in outer
-        _constant_map(ep)
+        constant_map(ep)
         assert ep.graph in outer
 
 
@@ -238,29 +238,29 @@ def test_two_partitioners_do_not_share_constant_maps() -> None:
 @pytest.fixture
 def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Every constant-map sweep from here on, by the swept graph's node count."""
-    from xnnfold.passes.partition import _predicates
+    from xnnfold.passes.analysis import _constants
 
     found: list[int] = []
-    real = _predicates._SignatureIndex.of
+    real = _constants._SignatureIndex.of
 
     def counting(ep: ExportedProgram) -> object:
         found.append(len(ep.graph.nodes))
         return real(ep)
 
-    monkeypatch.setattr(_predicates._SignatureIndex, "of", staticmethod(counting))
+    monkeypatch.setattr(_constants._SignatureIndex, "of", staticmethod(counting))
     return found
 
 
 @contextlib.contextmanager
 def _outside_any_scope() -> Iterator[None]:
     """As a user is: outside this file's shared scope."""
-    from xnnfold.passes.partition import _predicates
+    from xnnfold.passes.analysis import _scope
 
-    token = _predicates._SCOPE.set(None)
+    token = _scope._SCOPE.set(None)
     try:
         yield
     finally:
-        _predicates._SCOPE.reset(token)
+        _scope._SCOPE.reset(token)
 
 
 class _ManyGemms(nn.Module):

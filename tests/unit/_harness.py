@@ -37,8 +37,7 @@ from torch.fx import Node
 from xnnfold._meta import DELEGATION_TAG_META_KEY, REASON_CODE_META_KEY
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes.partition._configs import FoldingGEMMMixin, written_elsewhere
-from xnnfold.passes.partition._predicates import (
+from xnnfold.passes.analysis import (
     analysis_scope,
     AnalysisCache,
     find_weight_computation,
@@ -47,6 +46,7 @@ from xnnfold.passes.partition._predicates import (
     Rejection,
     WeightComputation,
 )
+from xnnfold.passes.partition._configs import FoldingGEMMMixin, written_elsewhere
 
 __all__ = [
     "ACCEPTED",

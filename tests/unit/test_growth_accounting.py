@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from xnnfold import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH, XnnpackFoldingPartitioner
-from xnnfold.passes.partition._growth import admit, Growth, program_cap
+from xnnfold.passes.analysis._growth import admit, Growth, program_cap
 
 _KIB = 1024
 

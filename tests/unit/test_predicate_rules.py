@@ -21,7 +21,7 @@ from torch.nn import functional as F
 from xnnfold._meta import CUSTOM_META_KEY, VAL_META_KEY
 from xnnfold.passes._codes import CODES
 from xnnfold.passes._options import FoldOptions, GrowthBudget
-from xnnfold.passes.partition._predicates import new_analysis_cache, Rejection, WeightComputation
+from xnnfold.passes.analysis import new_analysis_cache, Rejection, WeightComputation
 
 from tests.unit._harness import (
     ACCEPTED,

@@ -2,6 +2,11 @@
 
 from xnnfold._upstream import UnsupportedRelease
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget, NO_GROWTH
+from xnnfold.passes.analysis import (
+    find_weight_computation,
+    Rejection,
+    WeightComputation,
+)
 from xnnfold.passes.fold._hook import (
     install_preprocess_hook,
     is_preprocess_hook_installed,
@@ -16,11 +21,6 @@ from xnnfold.passes.partition._configs import (
     FoldingMMConfig,
 )
 from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
-from xnnfold.passes.partition._predicates import (
-    find_weight_computation,
-    Rejection,
-    WeightComputation,
-)
 
 __all__ = [
     "DEFAULT_GROWTH_BUDGET",

@@ -35,12 +35,12 @@ from xnnfold._upstream import exir_ops, set_graph_signature, XNNPACKPass
 from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes.partition._arguments import is_matrix_transpose
-from xnnfold.passes.partition._predicates import (
+from xnnfold.passes.analysis import (
     analysis_scope,
     computation_key,
     constant_fqns,
     find_weight_computation,
+    is_matrix_transpose,
     new_analysis_cache,
     Rejection,
     WeightComputation,

@@ -24,10 +24,16 @@ from xnnfold._upstream import OpOverload, schema_of
 from xnnfold.passes._codes import Problem
 from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BLOCKLIST
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes.partition._arguments import (
+from xnnfold.passes.analysis import (
     addmm_problem,
     deconvolution_problem,
+    find_weight_computation,
+    is_constant_node,
+    is_constant_source,
+    is_float32,
+    op_overload,
     shared_kernel_problem,
+    WeightComputation,
 )
 from xnnfold.passes.partition._configs import (
     FoldingAddmmConfig,
@@ -37,14 +43,6 @@ from xnnfold.passes.partition._configs import (
     written_elsewhere,
 )
 from xnnfold.passes.partition._decompositions import decomposed_ops
-from xnnfold.passes.partition._predicates import (
-    find_weight_computation,
-    is_constant_node,
-    is_constant_source,
-    is_float32,
-    op_overload,
-    WeightComputation,
-)
 
 __all__ = [
     "AtenPlan",

@@ -33,20 +33,18 @@ from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
 from xnnfold.passes._codes import BEYOND_BUDGET, Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes.partition._arguments import (
+from xnnfold.passes.analysis import (
     addmm_problem,
     addmm_scales,
     deconvolution_problem,
-    permuted_weight_problem,
-    shared_kernel_problem,
-)
-from xnnfold.passes.partition._growth import note_growth
-from xnnfold.passes.partition._predicates import (
     find_weight_computation,
     is_constant_source,
     is_float32,
     is_preserved,
+    note_growth,
+    permuted_weight_problem,
     Rejection,
+    shared_kernel_problem,
     WeightComputation,
 )
 

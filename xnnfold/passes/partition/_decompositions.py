@@ -26,7 +26,7 @@ from torch.fx import Node
 
 from xnnfold._upstream import default_decomposition_table, OpOverload, optional_internal
 from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
-from xnnfold.passes.partition._predicates import op_overload
+from xnnfold.passes.analysis import op_overload
 
 __all__ = ["decomposed_ops", "filter_is_redundant"]
 

@@ -54,6 +54,16 @@ from xnnfold.passes._ops import (
 )
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes._walk import walk
+from xnnfold.passes.analysis import (
+    analysis_scope,
+    constant_fqns,
+    is_gemm,
+    new_analysis_cache,
+    op_overload,
+    Rejection,
+    stored_constants,
+    value_bytes,
+)
 from xnnfold.passes.fold._hook import install_preprocess_hook
 from xnnfold.passes.fold._pass import has_fold_marks
 from xnnfold.passes.partition._aten_plan import (
@@ -70,16 +80,6 @@ from xnnfold.passes.partition._configs import (
 from xnnfold.passes.partition._decompositions import filter_is_redundant
 from xnnfold.passes.partition._facts import constant_facts, ConstantFact
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, DisjointSets
-from xnnfold.passes.partition._predicates import (
-    analysis_scope,
-    constant_fqns,
-    is_gemm,
-    new_analysis_cache,
-    op_overload,
-    Rejection,
-    stored_constants,
-    value_bytes,
-)
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
     module_path,

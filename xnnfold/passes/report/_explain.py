@@ -21,7 +21,7 @@ from xnnfold._meta import FOLD_META_KEY, GROWTH_META_KEY, REASON_CODE_META_KEY, 
 from xnnfold._upstream import schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
-from xnnfold.passes.partition._predicates import arg_role, op_overload, site_of
+from xnnfold.passes.analysis import arg_role, op_overload, site_of
 from xnnfold.passes.report._reasons import module_path
 
 __all__ = ["ExplainReport", "GemmRow", "explain"]

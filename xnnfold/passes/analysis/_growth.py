@@ -37,10 +37,10 @@ from xnnfold._upstream import aten_op_of, EdgeOpOverload, OpOverload, schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import GEMM_ARGS
 from xnnfold.passes._options import FoldOptions, GrowthBudget, NO_GROWTH
-from xnnfold.passes.partition._arguments import addmm_scales
+from xnnfold.passes.analysis._arguments import addmm_scales
 
 if TYPE_CHECKING:
-    from xnnfold.passes.partition._predicates import Rejection
+    from xnnfold.passes.analysis._results import Rejection
 
 __all__ = [
     "Growth",

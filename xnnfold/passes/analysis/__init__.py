@@ -1,0 +1,75 @@
+"""The analysis the stages share: what a GEMM argument is computed from, and whether it folds.
+
+The partitioner's configs, its ATen plan, the fold pass and the reports all ask the same
+questions of a graph, so they read one set of answers: `find_weight_computation` (the
+predicate: "delegated" and "folded" cannot disagree), the per-argument rules XNNPACK's
+GEMMs impose (`_arguments`), the growth budget's per-method ledger (`_growth`), and the
+small node helpers and analysis caches they are built on. This package imports none of
+the stages (`tests/install/test_passes_layers.py`).
+"""
+
+from xnnfold.passes.analysis._arguments import (
+    ADDMM_BIAS,
+    addmm_problem,
+    addmm_scales,
+    ADDMM_WEIGHT,
+    deconvolution_problem,
+    is_matrix_transpose,
+    permuted_weight_problem,
+    shared_kernel_problem,
+)
+from xnnfold.passes.analysis._constants import (
+    is_constant_node,
+    is_constant_source,
+    stored_constants,
+)
+from xnnfold.passes.analysis._growth import Growth, note_growth
+from xnnfold.passes.analysis._growth import node_bytes as value_bytes
+from xnnfold.passes.analysis._nodes import (
+    arg_role,
+    constant_fqns,
+    external_tag,
+    gemm_positions,
+    is_float32,
+    is_gemm,
+    is_preserved,
+    op_overload,
+    site_of,
+)
+from xnnfold.passes.analysis._predicates import find_weight_computation
+from xnnfold.passes.analysis._results import Rejection, WeightComputation
+from xnnfold.passes.analysis._scope import analysis_scope, AnalysisCache, new_analysis_cache
+from xnnfold.passes.analysis._structure import computation_key
+
+__all__ = [
+    "ADDMM_BIAS",
+    "ADDMM_WEIGHT",
+    "AnalysisCache",
+    "Growth",
+    "Rejection",
+    "WeightComputation",
+    "addmm_problem",
+    "addmm_scales",
+    "analysis_scope",
+    "arg_role",
+    "computation_key",
+    "constant_fqns",
+    "deconvolution_problem",
+    "external_tag",
+    "find_weight_computation",
+    "gemm_positions",
+    "is_constant_node",
+    "is_constant_source",
+    "is_float32",
+    "is_gemm",
+    "is_matrix_transpose",
+    "is_preserved",
+    "new_analysis_cache",
+    "note_growth",
+    "op_overload",
+    "permuted_weight_problem",
+    "shared_kernel_problem",
+    "site_of",
+    "stored_constants",
+    "value_bytes",
+]

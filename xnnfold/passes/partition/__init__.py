@@ -2,7 +2,9 @@
 
 `_predicates` holds the rules that decide "foldable" (shared with the fold pass),
 `_arguments` the per-argument audit of each GEMM, `_configs` the XNNPACK GEMM configs
-that apply them, `_aten_plan` the decision made before decomposition, `_grouping` the
-cycle-free grouping of partitions, `_decompositions` what executorch may decompose, and
-`_partitioner` the partitioner that ties them together.
+that apply them, `_context` what those configs are built with and what they report,
+`_matching` the matching repeated to a fixed point, `_facts` what the methods of one
+lowering do with shared constants, `_aten_plan` the decision made before decomposition,
+`_grouping` the cycle-free grouping of partitions, `_decompositions` what executorch may
+decompose, and `_partitioner` the partitioner that ties them together.
 """

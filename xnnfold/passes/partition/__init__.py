@@ -6,5 +6,6 @@ that apply them, `_context` what those configs are built with and what they repo
 `_matching` the matching repeated to a fixed point, `_facts` what the methods of one
 lowering do with shared constants, `_aten_plan` the decision made before decomposition,
 `_grouping` the cycle-free grouping of partitions, `_decompositions` what executorch may
-decompose, and `_partitioner` the partitioner that ties them together.
+decompose, `_outcome` the reasons and checks written after partitioning, and
+`_partitioner` the partitioner that ties them together.
 """

@@ -11,7 +11,6 @@ partitions exactly as the stock partitioner does.
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import types
 import weakref
@@ -27,7 +26,6 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
     XnnpackPartitioner,
 )
 from executorch.exir.backend.canonical_partitioners.config_partitioner import (
-    format_target_name,
     PartitionerConfig,
 )
 from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
@@ -39,23 +37,12 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold._meta import (
-    CUSTOM_META_KEY,
-    DELEGATION_TAG_META_KEY,
-    PRESERVED_META_KEY,
-    REASON_CODE_META_KEY,
-    REASON_META_KEY,
-)
 from xnnfold._upstream import check_releases, EdgeOpOverload, OpOverload, supports_bf16
 from xnnfold._upstream import installed_version as _installed
-from xnnfold.passes._codes import STOCK
 from xnnfold.passes._ops import (
     DEFAULT_MAX_FOLD_NODES,
-    EDGE_GEMM_ARGS,
-    QUANTIZATION_NAMESPACES,
 )
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
-from xnnfold.passes._walk import walk
 from xnnfold.passes.fold._hook import install_preprocess_hook
 from xnnfold.passes.fold._pass import has_fold_marks
 from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
@@ -70,22 +57,23 @@ from xnnfold.passes.partition._context import (
     FoldContext,
     report_findings,
 )
-from xnnfold.passes.partition._decompositions import filter_is_redundant
+from xnnfold.passes.partition._decompositions import (
+    filter_is_redundant,
+    mark_preserved,
+    stock_ops_to_not_decompose,
+)
 from xnnfold.passes.partition._facts import constant_facts, ConstantFact
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
-from xnnfold.passes.partition._matching import Configs, matched_to_fixed_point
+from xnnfold.passes.partition._matching import matched_to_fixed_point
+from xnnfold.passes.partition._outcome import check_preserved_were_delegated, record_reasons
 from xnnfold.passes.partition._predicates import (
     analysis_scope,
-    is_gemm,
     new_analysis_cache,
-    op_overload,
     Rejection,
     stored_constants,
 )
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
-    module_path,
-    reads_parameters,
 )
 
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
@@ -95,14 +83,6 @@ logger = logging.getLogger(__name__)
 # The config keywords of the stock partitioner that this one reads too.
 FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"
 ENABLE_BF16_OPTION = "enable_bf16"
-
-
-def _mark_preserved(node: Node) -> None:
-    # Recorded in "custom", the one meta dict the decompositions carry over, so partition()
-    # can check every kept op ended up in a delegate.
-    custom = dict(node.meta.get(CUSTOM_META_KEY) or {})
-    custom[PRESERVED_META_KEY] = True
-    node.meta[CUSTOM_META_KEY] = custom
 
 
 def folding_configs(
@@ -320,7 +300,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             self._note_constants(ep)
             preserved = self._plan(ep, self._context()).preserved
         # The stock filter asks configs built with the facts known now.
-        ops, stock_filter = _stock_ops_to_not_decompose(self._configs(self._context()), ep)
+        ops, stock_filter = stock_ops_to_not_decompose(self._configs(self._context()), ep)
         ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
         graph = ep.graph
 
@@ -333,13 +313,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
         def filter_fn(node: Node) -> bool:
             if ours(node):
-                _mark_preserved(node)
+                mark_preserved(node)
             return accepts(node)
 
         if not self.keep_decomposition_filter and filter_is_redundant(ep, ops, accepts):
             for node in graph.nodes:
                 if ours(node):
-                    _mark_preserved(node)
+                    mark_preserved(node)
             return ops, None
         return ops, filter_fn
 
@@ -412,158 +392,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         if self.fold:
             if has_fold_marks(exported_program):
                 install_preprocess_hook()
-            self._check_preserved_were_delegated(exported_program, written_buffers)
-        self._record_reasons(exported_program, stock_reasons, findings)
+            check_preserved_were_delegated(exported_program, written_buffers, self.options)
+        record_reasons(exported_program, stock_reasons, findings)
         return result
-
-    def _check_preserved_were_delegated(
-        self, ep: ExportedProgram, written_buffers: frozenset[str]
-    ) -> None:
-        for node in ep.graph.nodes:
-            custom = node.meta.get(CUSTOM_META_KEY)
-            if (
-                node.op == "call_function"
-                and isinstance(custom, dict)
-                and custom.get(PRESERVED_META_KEY)
-                and DELEGATION_TAG_META_KEY not in node.meta
-            ):
-                written = self._written_buffers_read_by(node, ep, written_buffers)
-                if written:
-                    # The kept op was chosen before a later method showed that it writes
-                    # this buffer; the decompositions cannot be redone at this point.
-                    raise RuntimeError(
-                        f"xnnfold kept '{node.name}' ({node.target}) undecomposed to fold "
-                        f"its GEMM's weight, but another method writes the buffer "
-                        f"{written[0]} it reads, so the weight is not folded and '{node.name}' "
-                        "has no portable kernel. Pass the methods that write buffers before "
-                        "the methods that read them to to_edge_transform_and_lower."
-                    )
-                raise RuntimeError(
-                    f"xnnfold kept '{node.name}' ({node.target}) undecomposed so that its "
-                    "GEMM's weight could be folded, but the GEMM was not delegated, and no "
-                    "portable kernel exists for it. Lower this model with "
-                    "XnnpackFoldingPartitioner(fold=False) and report the model."
-                )
-
-    def _written_buffers_read_by(
-        self, node: Node, ep: ExportedProgram, written_buffers: frozenset[str]
-    ) -> list[str]:
-        """FQNs of written buffers that the weights and biases ``node`` feeds read."""
-        # Bounded like a weight computation: at most max_fold_nodes + 1 nodes each way.
-        bound = self.max_fold_nodes + 1
-
-        def positions(current: Node) -> Optional[tuple[int, ...]]:
-            return EDGE_GEMM_ARGS.get(current.target) if current.op == "call_function" else None
-
-        def users_up_to_gemms(current: Node) -> list[Node]:
-            return [] if positions(current) is not None else list(current.users)
-
-        weights: list[Node] = []
-        for current in itertools.islice(walk([node], users_up_to_gemms), bound):
-            for index in positions(current) or ():
-                arg = current.args[index] if index < len(current.args) else None
-                if isinstance(arg, Node):
-                    weights.append(arg)
-        found: list[str] = []
-        reads = walk(weights, lambda current: current.all_input_nodes)
-        for current in itertools.islice(reads, bound):
-            fqn = ep.graph_signature.inputs_to_buffers.get(current.name)
-            if current.op == "placeholder" and fqn in written_buffers:
-                found.append(fqn)
-        return found
-
-    def _record_reasons(
-        self, ep: ExportedProgram, stock_reasons: dict[str, str], findings: Findings
-    ) -> None:
-        """Write onto each GEMM left outside a delegate why (for `explain`), and warn
-        about the ones whose weight or bias is computed from parameters."""
-        declined: dict[Node, Rejection] = {}
-        rejection: Optional[Rejection]  # annotation only: reassigned from declined.get below
-        for (gemm, _), rejection in findings.rejections.items():
-            declined.setdefault(gemm, rejection)
-        for node in ep.graph.nodes:
-            if not is_gemm(node):
-                continue
-            rejection = declined.get(node)
-            if DELEGATION_TAG_META_KEY in node.meta:
-                if rejection is not None:
-                    # Delegated with a weight XNNPACK reads at run time (fully-connected
-                    # ops take one): correct and fast, but not folded; say why.
-                    node.meta[REASON_META_KEY] = (
-                        f"its {rejection.role} is computed at run time, not folded: "
-                        f"{rejection.reason}"
-                    )
-                    node.meta[REASON_CODE_META_KEY] = rejection.code.code
-                continue
-            problem = findings.argument_problems.get(node.name)
-            reason = (
-                problem
-                if problem is not None
-                else f"its {rejection.role} is not folded: {rejection.reason}"
-                if rejection is not None
-                else stock_reasons.get(node.name)
-            )
-            if reason is None:
-                continue
-            code = (
-                problem.code
-                if problem is not None
-                else rejection.code
-                if rejection is not None
-                else STOCK
-            )
-            node.meta[REASON_META_KEY] = reason
-            node.meta[REASON_CODE_META_KEY] = code.code
-            if problem is not None:
-                logger.warning(
-                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: %s [%s]",
-                    node.name,
-                    module_path(node),
-                    problem,
-                    code.code,
-                )
-            elif rejection is not None and self._worth_a_warning(rejection, ep):
-                where = f" (computed by {rejection.site})" if rejection.site else ""
-                logger.warning(
-                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: "
-                    "its %s%s is not folded because %s [%s]",
-                    node.name,
-                    module_path(node),
-                    rejection.role,
-                    where,
-                    rejection.reason,
-                    code.code,
-                )
-
-    @staticmethod
-    def _worth_a_warning(rejection: Rejection, ep: ExportedProgram) -> bool:
-        # A weight computed from parameters is one the user expects to be static; an
-        # activation operand (attention's k.T) is not news and would drown the rest.
-        if rejection.computed_from_constants or rejection.site is not None:
-            return True
-        root = rejection.gemm.args[rejection.arg_index]
-        if not isinstance(root, Node):
-            return False
-        op = op_overload(root.target)
-        if op is not None and op.namespace in QUANTIZATION_NAMESPACES:
-            # A quantized weight: whether it is delegated is the stock config's call.
-            return False
-        return reads_parameters(root, ep)
-
-
-def _stock_ops_to_not_decompose(
-    configs: Configs, ep: ExportedProgram
-) -> tuple[list[OpOverload], Callable[[Node], bool]]:
-    """`ConfigerationBasedPartitioner.ops_to_not_decompose` with ``configs``: each
-    config's original ATen op, and a filter asking that config's ``check_constraints``."""
-
-    def filter_fn(node: Node) -> bool:
-        if node.op != "call_function":
-            return False
-        config = configs.get(format_target_name(node.target.__name__))  # type: ignore[union-attr]
-        if config is None or not config.get_original_aten():
-            return False
-        return config.check_constraints(node, ep)
-
-    ops = [op for config in configs.values() if (op := config.get_original_aten()) is not None]
-    return ops, filter_fn

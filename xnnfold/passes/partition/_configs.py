@@ -66,6 +66,7 @@ __all__ = [
     "FoldingLinearConfig",
     "FoldingMMConfig",
     "FOLDING_GEMM_CONFIGS",
+    "STOCK_SCRATCH_ATTRIBUTES",
     "written_elsewhere",
 ]
 

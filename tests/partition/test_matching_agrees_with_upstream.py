@@ -1,18 +1,20 @@
-"""`XnnpackFoldingPartitioner._match_once` is executorch's
+"""`match_once` (`xnnfold.passes.partition._matching`) is executorch's
 `ConfigerationBasedPartitioner.get_matched_nodes_from_configs`, copied so that it clears the
-marks and reasons of the previous match and reads the program's constant inputs once
-instead of once per partition member. It must group exactly as the installed executorch
-does: checked by running both on the program executorch hands the partitioner, with the
-stock configs and with xnnfold's. (Where the two partitioners may differ is the override
-around it, `get_matched_nodes_from_configs`, which repeats the match until every fold it
-accepts holds; each match it runs must agree.)
+marks of the previous match, returns what the configs found and reads the program's
+constant inputs once instead of once per partition member. It must group exactly as the
+installed executorch does: checked by running both on the program executorch hands the
+partitioner, with the stock configs and with xnnfold's. (Where the two partitioners may
+differ is the fixed point around it, `matched_to_fixed_point`, which repeats the match
+with new configs until every fold it accepts holds; each match it runs must agree.)
 
 One case of each in the fast tier; the rest are slow (each lowers a model, several seconds).
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable
+from unittest import mock
 
 import pytest
 import torch
@@ -29,6 +31,7 @@ from torch.nn.utils.parametrizations import weight_norm
 import xnnfold
 from xnnfold._meta import FOLD_META_KEY
 from xnnfold.passes import XnnpackFoldingPartitioner
+from xnnfold.passes.partition import _matching
 
 from tests._lowering import fixture_by_name
 
@@ -45,35 +48,34 @@ def _named(groups: list[list[Node]]) -> Groups:
     return frozenset(frozenset(node.name for node in group) for group in groups)
 
 
-class _ComparingFoldingPartitioner(XnnpackFoldingPartitioner):
-    """Runs executorch's matching before each of its own and records both groupings,
-    with the configs in the state each match of the partitioner's fixed point sets."""
+class _ComparingRounds:
+    """Wraps `match_once`: runs executorch's matching with the same configs before each
+    round of the fixed point, and records both groupings."""
 
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+    def __init__(self) -> None:
         self.matches: list[tuple[Groups, Groups, int]] = []
+        self._match_once = _matching.match_once
 
-    def _match_once(self, ep: ExportedProgram) -> list[list[Node]]:
-        upstream = _named(_upstream_match(self, ep))
-        ours = super()._match_once(ep)
+    def __call__(self, configs: _matching.Configs, ep: ExportedProgram) -> _matching.Matching:
+        stock = types.SimpleNamespace(target_partitioner_configs=configs)
+        upstream = _named(_upstream_match(stock, ep))
+        ours = self._match_once(configs, ep)
         marked = sum(1 for node in ep.graph.nodes if FOLD_META_KEY in node.meta)
-        self.matches.append((upstream, _named(ours), marked))
+        self.matches.append((upstream, _named(ours.groups), marked))
         return ours
 
 
 class _ComparingStockPartitioner(XnnpackPartitioner):
-    """The stock partitioner, recording executorch's matching and `_match_once`'s (run
+    """The stock partitioner, recording executorch's matching and `match_once`'s (run
     with the stock configs) on the same program."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.rejections: dict[Any, Any] = {}
-        self._argument_problems: dict[str, Any] = {}
         self.matches: list[tuple[Groups, Groups, int]] = []
 
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
         upstream = super().get_matched_nodes_from_configs(ep)
-        ours = XnnpackFoldingPartitioner._match_once(self, ep)  # type: ignore[arg-type]
+        ours = _matching.match_once(self.target_partitioner_configs, ep).groups
         self.matches.append((_named(upstream), _named(ours), 0))
         return upstream
 
@@ -138,10 +140,11 @@ def _stock_matches(model: nn.Module, inputs: tuple[Any, ...]) -> list[tuple[Grou
 def _folding_matches(
     model: nn.Module, inputs: tuple[Any, ...], **options: Any
 ) -> list[tuple[Groups, Groups, int]]:
-    partitioner = _ComparingFoldingPartitioner(**options)
-    xnnfold.lower(model.eval(), inputs, partitioner=partitioner)
-    assert partitioner.matches, "the partitioner never matched"
-    return partitioner.matches
+    rounds = _ComparingRounds()
+    with mock.patch.object(_matching, "match_once", rounds):
+        xnnfold.lower(model.eval(), inputs, partitioner=XnnpackFoldingPartitioner(**options))
+    assert rounds.matches, "the partitioner never matched"
+    return rounds.matches
 
 
 @pytest.mark.parametrize(

@@ -658,11 +658,9 @@ def test_a_marked_fold_beside_a_run_time_weight_in_its_delegate_lowers(
     reads the source unfolded. There the linear's marked fold looks shared ("also used
     by ..., which is not a GEMM weight"), but it is correct: it folds, and the source
     stays for the mm."""
-    from xnnfold.passes.partition._partitioner import XnnpackFoldingPartitioner
+    from xnnfold.passes.partition import _matching
 
-    monkeypatch.setattr(
-        XnnpackFoldingPartitioner, "_copied_sources_gemms", lambda self, ep, groups: frozenset()
-    )
+    monkeypatch.setattr(_matching, "copied_sources_gemms", lambda ep, matching: frozenset())
     buffer, edge, modules = _held_source_program(xnnfold.XnnpackFoldingPartitioner())
     rows = {r.op: r for r in xnnfold.explain(edge).rows if r.method == "held"}
     assert rows["linear"].folded == ("weight",) and rows["mm"].folded == (), rows

@@ -47,6 +47,7 @@ from xnnfold.passes.analysis import (
     WeightComputation,
 )
 from xnnfold.passes.partition._configs import FoldingGEMMMixin, written_elsewhere
+from xnnfold.passes.partition._context import collected
 
 __all__ = [
     "ACCEPTED",
@@ -179,7 +180,7 @@ class _WrittenElsewhere(_Predicate):
 
 class _ArgumentRules(_Predicate):
     """XNF510-XNF515: the folding config's ``check_constraints``, as built by the
-    partitioner (its ``argument_problems`` is the partitioner's record)."""
+    partitioner (the argument problems it reports to `collected`)."""
 
     def __call__(self, judged: Judged) -> str:
         partitioner = XnnpackFoldingPartitioner(max_fold_nodes=judged.probe.options.max_fold_nodes)
@@ -187,10 +188,9 @@ class _ArgumentRules(_Predicate):
             format_target_name(judged.gemm.target.__name__)  # type: ignore[union-attr]
         ]
         assert isinstance(config, FoldingGEMMMixin), config
-        config.argument_problems = {}
         with analysis_scope(new_analysis_cache()):
-            config.check_constraints(judged.gemm, judged.ep)
-        problem = config.argument_problems.get(judged.gemm.name)
+            _, findings = collected(lambda: config.check_constraints(judged.gemm, judged.ep))
+        problem = findings.argument_problems.get(judged.gemm.name)
         return ACCEPTED if problem is None else problem.code.code
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, cast, Optional, Sequence, Union
+from typing import AbstractSet, Any, cast, Optional, Sequence, TypeVar, Union
 
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
@@ -47,6 +47,14 @@ from xnnfold.passes.analysis import (
     shared_kernel_problem,
     WeightComputation,
 )
+from xnnfold.passes.partition._context import (
+    DEFAULT_CONTEXT,
+    FoldContext,
+    report_accepted,
+    report_argument_problem,
+    report_rejection,
+    report_shared_fold,
+)
 
 __all__ = [
     "check_replacements",
@@ -56,17 +64,32 @@ __all__ = [
     "FoldingLinearConfig",
     "FoldingMMConfig",
     "FOLDING_GEMM_CONFIGS",
+    "STOCK_SCRATCH_ATTRIBUTES",
     "written_elsewhere",
 ]
 
 logger = logging.getLogger(__name__)
 why = WhyNoPartition(logger=logger)
 
+_Config = TypeVar("_Config", bound="FoldingGEMMMixin")
+
+# executorch's AddmmConfig.get_deps keeps the source partitions it just computed on the
+# config (a scratch value it rewrites on every call and nothing of ours reads): the one
+# attribute a config's own stock code writes after construction.
+STOCK_SCRATCH_ATTRIBUTES = frozenset({"src_partitions"})
+
+# GEMM arguments (by graph) already warned about as stored twice: `computation` runs many
+# times per lowering, over configs rebuilt for every round. Held weakly: nothing outlives
+# its graph.
+_WARNED_STORED_TWICE: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+
 
 def written_elsewhere(
     result: Union[WeightComputation, Rejection, None],
     ep: ExportedProgram,
-    written_buffers: Optional[set[str]],
+    written_buffers: Optional[AbstractSet[str]],
 ) -> Optional[Rejection]:
     """A rejection when a foldable computation reads a buffer another method writes.
 
@@ -97,36 +120,49 @@ def written_elsewhere(
 class FoldingGEMMMixin:
     """Accepts a GEMM whose fp32 weight or bias is a foldable computation of constants.
 
-    Set by the partitioner after construction: ``fold`` (off means stock behaviour),
-    ``options`` (the `FoldOptions` the fold pass re-checks with) and ``rejections`` (a
-    dict the partitioner reads to report GEMMs whose computed weight was declined).
+    Built with one immutable `FoldContext` (``context``) and never written afterwards
+    (`build` seals it: setting an attribute then raises). What it finds is reported to
+    the enclosing `collected` call (`_context`), not kept on the config.
     """
 
-    fold: bool = True
-    options: FoldOptions = FoldOptions()
-    rejections: Optional[dict[tuple[Node, int], Rejection]] = None
-    # Names of GEMMs accepted with intermediates shared with other GEMMs' weights.
-    shared_folds: Optional[set[str]] = None
+    context: FoldContext = DEFAULT_CONTEXT
     # Whether XNNPACK takes this GEMM with an fp32 weight computed at run time (the
     # fully-connected ops do, as with force_non_static_weights_for_f32_linear).
     dynamic_weights: bool = False
-    # Buffers (by FQN) that some method lowered with this partitioner writes.
-    written_buffers: Optional[set[str]] = None
-    # Constants (by FQN) that some method of the program stores anyway: folding a
-    # computation of them frees none of their bytes.
-    stored_elsewhere: frozenset[str] = frozenset()
-    # GEMMs (by name) the last partitioning took without folding a computed-constant
-    # argument, or declined: they keep what they read (see the partitioner's
-    # get_matched_nodes_from_configs).
-    non_folding: frozenset[str] = frozenset()
-    # GEMMs (by name) declined only to keep the program small whose sources another
-    # partition already holds, while a delegate reads them unfolded: that delegate gets
-    # its own copy of each source, so folding stores less (the partitioner's
-    # get_matched_nodes_from_configs finds them).
-    fold_anyway: frozenset[str] = frozenset()
-    # {GEMM name: why} for GEMMs declined because XNNPACK cannot compute one of their
-    # arguments (addmm's beta, a broadcast bias), whatever the weight.
-    argument_problems: Optional[dict[str, Problem]] = None
+
+    def __init__(self, *, context: FoldContext = DEFAULT_CONTEXT, **options: Any) -> None:
+        super().__init__(**options)
+        self.context = context
+
+    @classmethod
+    def build(
+        cls: type[_Config],
+        context: FoldContext,
+        precisions: Optional[list[ConfigPrecisionType]],
+        options: dict[str, Any],
+    ) -> _Config:
+        """A sealed config: built as `XnnpackPartitioner` builds its configs (the
+        keywords, then the enabled precisions), with ``context``."""
+        config = cls(context=context, **options)
+        config.set_enabled_precision_types(precisions)  # type: ignore[attr-defined]
+        config.__dict__["_sealed"] = True
+        return config
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if self.__dict__.get("_sealed") and name not in STOCK_SCRATCH_ATTRIBUTES:
+            raise AttributeError(
+                f"xnnfold: {type(self).__name__} is immutable once built; '{name}' cannot "
+                "be set on it. Build a new config with a new FoldContext instead."
+            )
+        super().__setattr__(name, value)
+
+    @property
+    def fold(self) -> bool:
+        return self.context.fold
+
+    @property
+    def options(self) -> FoldOptions:
+        return self.context.options
 
     # Provided by GEMMConfig.
     weight_idx: int
@@ -149,17 +185,18 @@ class FoldingGEMMMixin:
         self, node: Node, arg_index: int, ep: ExportedProgram
     ) -> Union[WeightComputation, Rejection, None]:
         """The shared predicate, for this GEMM's argument layout."""
-        result = self._find(node, arg_index, ep, stored_elsewhere=self.stored_elsewhere)
+        context = self.context
+        result = self._find(node, arg_index, ep, stored_elsewhere=context.stored_elsewhere)
         if isinstance(result, Rejection) and (
-            self.stored_elsewhere or self.non_folding - {node.name}
+            context.stored_elsewhere or context.non_folding - {node.name}
         ):
             alone = self._find(node, arg_index, ep, sizes=False)
-            written = written_elsewhere(alone, ep, self.written_buffers)
+            written = written_elsewhere(alone, ep, context.written_buffers)
             if written is not None:
                 # The reason that decides: its sources may be recorded as stored only
                 # because this GEMM, reading a written buffer, will not fold them.
                 return written
-            if isinstance(alone, WeightComputation) and node.name in self.fold_anyway:
+            if isinstance(alone, WeightComputation) and node.name in context.fold_anyway:
                 result = alone
             elif isinstance(alone, Rejection) and alone.code is BEYOND_BUDGET:
                 # Declined by the budget even with nothing else keeping its sources: that
@@ -174,14 +211,10 @@ class FoldingGEMMMixin:
                 # kernel, so it must be delegated with them folded: correct, and the
                 # shared sources are stored beside the folded value (an intermediate
                 # another reader needs becomes an output of the delegate, computed there).
-                # `computation` runs many times per partitioning: say it once per graph
-                # (held weakly: an id could be a dead graph's, and nothing outlives it).
-                said: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = (
-                    self.__dict__.setdefault("_warned_stored_twice", weakref.WeakKeyDictionary())
-                )
+                said = _WARNED_STORED_TWICE.setdefault(ep.graph, set())
                 key = (node.name, arg_index)
-                if key not in said.setdefault(ep.graph, set()):
-                    said[ep.graph].add(key)
+                if key not in said:
+                    said.add(key)
                     logger.warning(
                         "xnnfold: the %s of GEMM '%s' is folded although its sources are "
                         "also kept for another reader (another method, or a GEMM that does "
@@ -190,7 +223,7 @@ class FoldingGEMMMixin:
                         node.name,
                     )
                 result = alone
-        return written_elsewhere(result, ep, self.written_buffers) or result
+        return written_elsewhere(result, ep, context.written_buffers) or result
 
     def _find(
         self,
@@ -212,7 +245,7 @@ class FoldingGEMMMixin:
             arg_positions=self.arg_positions(),
             options=self.options,
             stored_elsewhere=stored_elsewhere,
-            non_folding=self.non_folding - {node.name} if sizes else frozenset(),
+            non_folding=self.context.non_folding - {node.name} if sizes else frozenset(),
         )
 
     def declined_for_size(
@@ -225,7 +258,7 @@ class FoldingGEMMMixin:
         alone = self._find(node, arg_index, ep, sizes=False)
         if not isinstance(alone, WeightComputation):
             return None
-        return None if written_elsewhere(alone, ep, self.written_buffers) else alone
+        return None if written_elsewhere(alone, ep, self.context.written_buffers) else alone
 
     def _keeps_ops(self, node: Node, ep: ExportedProgram) -> bool:
         """True when a computation of one of this GEMM's arguments holds an op the
@@ -246,17 +279,12 @@ class FoldingGEMMMixin:
         if result is None:
             return None
         note_growth(node, arg_index, result)
-        if (
-            isinstance(result, WeightComputation)
-            and result.shared
-            and self.shared_folds is not None
-        ):
+        if isinstance(result, WeightComputation) and result.shared:
             # The partitioner checks these GEMMs' common partition for cycles.
-            self.shared_folds.add(node.name)
+            report_shared_fold(node)
         if isinstance(result, Rejection):
             why(node, result.reason)
-            if self.rejections is not None:
-                self.rejections[(node, arg_index)] = result
+            report_rejection(node, arg_index, result)
             if (
                 self.dynamic_weights
                 and not self.scales(node)
@@ -271,8 +299,7 @@ class FoldingGEMMMixin:
                 # fp32: a bf16 one is accepted here and then fails to load.)
                 return (True, [])
             return (False, [])
-        if self.rejections is not None:
-            self.rejections.pop((node, arg_index), None)
+        report_accepted(node, arg_index)
         return (True, [*result.nodes, *result.sources])
 
     def _get_weight_deps(
@@ -309,7 +336,7 @@ class FoldingGEMMMixin:
     def constant_source(self, node: Node, ep: ExportedProgram) -> bool:
         """True when placeholder ``node`` holds a value fixed at export: a parameter, a
         constant, or a buffer no method writes."""
-        return is_constant_source(ep, node, self.written_buffers)
+        return is_constant_source(ep, node, self.context.written_buffers)
 
     def _written_static_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         """A weight or bias XNNPACK would store is a buffer the program writes: the
@@ -338,8 +365,7 @@ class FoldingGEMMMixin:
         problem = self._written_static_problem(node, ep) or self._argument_problem(node, ep)
         if problem is not None:
             why(node, problem)
-            if self.argument_problems is not None:
-                self.argument_problems[node.name] = problem
+            report_argument_problem(node, problem)
             return False
         return super().check_constraints(node, ep)  # type: ignore[misc]
 
@@ -390,12 +416,12 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
     def _get_bias_deps(
         self, node: Node, ep: ExportedProgram, precision: ConfigPrecisionType
     ) -> tuple[bool, list[Node]]:
-        flag = self.force_non_static_weights_for_f32_linear
-        self.force_non_static_weights_for_f32_linear = False
-        try:
-            return super()._get_bias_deps(node, ep, precision)
-        finally:
-            self.force_non_static_weights_for_f32_linear = flag
+        # The stock bias check reads the precision only to apply that option to FP32: asked
+        # as for any other precision, it checks for a static bias (and the folding check
+        # after it does not read the precision).
+        if precision == ConfigPrecisionType.FP32 and self.force_non_static_weights_for_f32_linear:
+            precision = ConfigPrecisionType.STATIC_QUANT
+        return super()._get_bias_deps(node, ep, precision)
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         return shared_kernel_problem(node, self.weight_idx) or deconvolution_problem(

@@ -13,22 +13,36 @@ shown. `filter_is_redundant` proves that from the program the partitioner is ask
 every kept op already in the graph is accepted (and not one executorch would refuse to
 keep), and nothing else the decompositions rewrite can produce a kept op. The folding
 partitioner then returns no filter; otherwise it returns its filter and nothing changes.
+
+The stock part of that filter (`stock_ops_to_not_decompose`) asks configs the partitioner
+built for the question, and every op the partitioner keeps is marked (`mark_preserved`)
+so that partitioning can check it was delegated.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Collection
+from typing import Callable, Collection, Mapping
 
+from executorch.exir.backend.canonical_partitioners.config_partitioner import (
+    format_target_name,
+    PartitionerConfig,
+)
 from executorch.exir.graph_module import get_control_flow_submodules
 from torch.export import ExportedProgram
 from torch.fx import Node
 
+from xnnfold._meta import CUSTOM_META_KEY, PRESERVED_META_KEY
 from xnnfold._upstream import default_decomposition_table, OpOverload, optional_internal
 from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
 from xnnfold.passes.analysis import op_overload
 
-__all__ = ["decomposed_ops", "filter_is_redundant"]
+__all__ = [
+    "decomposed_ops",
+    "filter_is_redundant",
+    "mark_preserved",
+    "stock_ops_to_not_decompose",
+]
 
 
 @functools.lru_cache(maxsize=1)
@@ -81,3 +95,30 @@ def filter_is_redundant(
                 # Its decomposition could create an instance the filter never judged.
                 return False
     return _kept_by_executorch(present)
+
+
+def mark_preserved(node: Node) -> None:
+    """Mark ``node`` as kept undecomposed by the folding partitioner."""
+    # Recorded in "custom", the one meta dict the decompositions carry over, so partition()
+    # can check every kept op ended up in a delegate.
+    custom = dict(node.meta.get(CUSTOM_META_KEY) or {})
+    custom[PRESERVED_META_KEY] = True
+    node.meta[CUSTOM_META_KEY] = custom
+
+
+def stock_ops_to_not_decompose(
+    configs: Mapping[str, PartitionerConfig], ep: ExportedProgram
+) -> tuple[list[OpOverload], Callable[[Node], bool]]:
+    """`ConfigerationBasedPartitioner.ops_to_not_decompose` with ``configs``: each
+    config's original ATen op, and a filter asking that config's ``check_constraints``."""
+
+    def filter_fn(node: Node) -> bool:
+        if node.op != "call_function":
+            return False
+        config = configs.get(format_target_name(node.target.__name__))  # type: ignore[union-attr]
+        if config is None or not config.get_original_aten():
+            return False
+        return config.check_constraints(node, ep)
+
+    ops = [op for config in configs.values() if (op := config.get_original_aten()) is not None]
+    return ops, filter_fn

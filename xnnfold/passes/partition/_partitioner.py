@@ -10,10 +10,11 @@ partitions exactly as the stock partitioner does.
 
 from __future__ import annotations
 
-import itertools
+import functools
 import logging
+import types
 import weakref
-from typing import Any, Callable, cast, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
@@ -25,7 +26,10 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
     XnnpackPartitioner,
 )
 from executorch.exir.backend.canonical_partitioners.config_partitioner import (
-    format_target_name,
+    PartitionerConfig,
+)
+from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
+    generate_grouped_partitions_from_list_of_nodes,
 )
 from executorch.exir.backend.partitioner import PartitionResult
 from executorch.exir.delegate import executorch_call_delegate
@@ -33,57 +37,43 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold._meta import (
-    CUSTOM_META_KEY,
-    DELEGATION_TAG_META_KEY,
-    FOLD_META_KEY,
-    FOLD_OPTIONS_META_KEY,
-    FOLD_SCALES_META_KEY,
-    GROWTH_META_KEY,
-    PRESERVED_META_KEY,
-    REASON_CODE_META_KEY,
-    REASON_META_KEY,
-)
 from xnnfold._upstream import check_releases, EdgeOpOverload, OpOverload, supports_bf16
 from xnnfold._upstream import installed_version as _installed
-from xnnfold.passes._codes import Problem, STOCK
 from xnnfold.passes._ops import (
     DEFAULT_MAX_FOLD_NODES,
-    EDGE_GEMM_ARGS,
-    QUANTIZATION_NAMESPACES,
 )
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
-from xnnfold.passes._walk import walk
 from xnnfold.passes.analysis import (
     analysis_scope,
-    constant_fqns,
-    is_gemm,
     new_analysis_cache,
-    op_overload,
     Rejection,
     stored_constants,
-    value_bytes,
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
 from xnnfold.passes.fold._pass import has_fold_marks
-from xnnfold.passes.partition._aten_plan import (
-    aten_plan,
-    AtenPlan,
-    constant_computation,
-    PlanCache,
-)
+from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
 from xnnfold.passes.partition._configs import (
     check_replacements,
     FOLDING_GEMM_CONFIGS,
     FoldingGEMMMixin,
 )
-from xnnfold.passes.partition._decompositions import filter_is_redundant
+from xnnfold.passes.partition._context import (
+    collected,
+    Findings,
+    FoldContext,
+    report_findings,
+)
+from xnnfold.passes.partition._decompositions import (
+    filter_is_redundant,
+    mark_preserved,
+    stock_ops_to_not_decompose,
+)
 from xnnfold.passes.partition._facts import constant_facts, ConstantFact
-from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, DisjointSets
+from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
+from xnnfold.passes.partition._matching import matched_to_fixed_point
+from xnnfold.passes.partition._outcome import check_preserved_were_delegated, record_reasons
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
-    module_path,
-    reads_parameters,
 )
 
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
@@ -93,31 +83,6 @@ logger = logging.getLogger(__name__)
 # The config keywords of the stock partitioner that this one reads too.
 FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"
 ENABLE_BF16_OPTION = "enable_bf16"
-
-# What the configs write onto a GEMM they accept (cleared before each matching).
-_MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY, GROWTH_META_KEY)
-
-
-def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> bool:
-    """Whether folding the computation ``members`` spares a copy of ``source``: a group
-    other than the one holding it reads it, only through ``members``."""
-    held = group_of.get(source)
-    if held is None:
-        return False
-    readers: dict[int, list[Node]] = {}
-    for user in source.users:
-        group = group_of.get(user, held)
-        if group != held:
-            readers.setdefault(group, []).append(user)
-    return any(all(user in members for user in users) for users in readers.values())
-
-
-def _mark_preserved(node: Node) -> None:
-    # Recorded in "custom", the one meta dict the decompositions carry over, so partition()
-    # can check every kept op ended up in a delegate.
-    custom = dict(node.meta.get(CUSTOM_META_KEY) or {})
-    custom[PRESERVED_META_KEY] = True
-    node.meta[CUSTOM_META_KEY] = custom
 
 
 def folding_configs(
@@ -214,168 +179,95 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             config_options.get(FORCE_NON_STATIC_WEIGHTS_OPTION, False)
         )
         self.keep_decomposition_filter = keep_decomposition_filter
-        self.rejections: dict[tuple[Node, int], Rejection] = {}
-        self._argument_problems: dict[str, Problem] = {}
+        # What every config is built with, as `XnnpackPartitioner` builds them.
+        self._precisions = (
+            [config_precisions]
+            if isinstance(config_precisions, ConfigPrecisionType)
+            else config_precisions
+        )
+        self._config_options = dict(config_options)
         # This partitioner's ATen plans and constant maps by graph (each graph is asked
         # about many times); see `analysis_scope`.
         self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
-        self._shared_folds: set[str] = set()
-        # FQNs of this partitioner's buffers that some method writes, of its constants
-        # that some method stores whatever folds (see `_note_constants`), and the tensor
-        # behind each FQN it was asked about.
-        self._written_buffers: set[str] = set()
-        self._stored_elsewhere: frozenset[str] = frozenset()
+        # The tensor behind each constant FQN this partitioner was asked about: the keys
+        # by which it reads the cross-method facts (`_facts`).
         self._constant_tensors: dict[str, weakref.ref[torch.Tensor]] = {}
-        for config in self._folding_configs():
-            config.fold = fold
-            config.options = options
-            config.rejections = self.rejections
-            config.argument_problems = self._argument_problems
-            config.shared_folds = self._shared_folds
-            config.written_buffers = self._written_buffers
+        # The last partition's findings (`rejections`), for inspection only.
+        self._findings = Findings()
+        # The configs every method executorch inherits reads: built with this
+        # partitioner's options and no program's facts. Each lowering step builds its own.
+        self.target_partitioner_configs = self._configs(FoldContext(fold=fold, options=options))
+
+    @property
+    def rejections(self) -> Mapping[tuple[Node, int], Rejection]:
+        """The computed arguments the last `partition` declined, by (GEMM, index)."""
+        return self._findings.rejections
 
     @property
     def max_fold_nodes(self) -> int:
         return self.options.max_fold_nodes
 
-    def _folding_configs(self) -> list[FoldingGEMMMixin]:
-        return [
-            c for c in self.target_partitioner_configs.values() if isinstance(c, FoldingGEMMMixin)
-        ]
+    def _configs(self, context: FoldContext) -> dict[str, PartitionerConfig]:
+        """This partitioner's configs, each folding one built anew with ``context``."""
+        return {
+            name: type(config).build(context, self._precisions, self._config_options)
+            if isinstance(config, FoldingGEMMMixin)
+            else config
+            for name, config in self.target_partitioner_configs.items()
+        }
+
+    def _context(self) -> FoldContext:
+        """The options and the facts known now of the program being lowered: the
+        buffers some method writes and the constants some method stores (`_facts`)."""
+        written: set[str] = set()
+        stored: set[str] = set()
+        for fqn, ref in self._constant_tensors.items():
+            tensor = ref()
+            fact = constant_facts().get(tensor) if tensor is not None else None
+            if fact is None:
+                continue
+            if fact.written:
+                written.add(fqn)
+            if fact.stored:
+                stored.add(fqn)
+        return FoldContext(
+            fold=self.fold,
+            options=self.options,
+            written_buffers=frozenset(written),
+            stored_elsewhere=frozenset(stored),
+        )
 
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
-        """executorch's grouping of every config's partition (with `DisjointSets`),
-        repeated until every fold it accepts still holds.
+        """executorch's grouping of every config's partition, repeated until every fold
+        it accepts still holds (`matched_to_fixed_point`)."""
+        return self._matched(ep)[0]
 
-        The predicate counts another GEMM's weight computation as a reader that folds
-        too. When that GEMM is then declined (an argument XNNPACK cannot compute, a
-        stock rule) or takes its weight at run time, its computation keeps the shared
-        source alive; the GEMMs that were accepted on that assumption are matched
-        again with those GEMMs named as readers that keep what they read.
-
-        A GEMM declined only to keep the program small can still cost bytes: when
-        another partition holds its sources (a GEMM that must fold them) and a delegate
-        reads them unfolded (its run-time weight computation, pulled in by the stock
-        configs), executorch gives that delegate its own copy of each. Such GEMMs are
-        matched again, folding (`_copied_sources_gemms`). Both sets only grow, so this
-        ends; without shared sources it is one pass.
-        """
-        non_folding: frozenset[str] = frozenset()
-        fold_anyway: frozenset[str] = frozenset()
-        while True:
-            for config in self._folding_configs():
-                config.non_folding = non_folding
-                config.fold_anyway = fold_anyway
-            groups = self._match_once(ep)
-            found = non_folding | self._unfolded_constant_gemms(ep, groups)
-            anyway = fold_anyway | self._copied_sources_gemms(ep, groups)
-            if found == non_folding and anyway == fold_anyway:
-                return groups
-            non_folding, fold_anyway = found, anyway
-
-    def _copied_sources_gemms(
-        self, ep: ExportedProgram, groups: list[list[Node]]
-    ) -> frozenset[str]:
-        """GEMMs declined for size whose shared sources a partition holds while another
-        partition reads them unfolded, when the folded tensor is no larger than the
-        copies executorch would make."""
-        group_of = {node: index for index, group in enumerate(groups) for node in group}
-        found: set[str] = set()
-        # The match just run recorded every declined computation of constants.
-        for (node, index), rejection in list(self.rejections.items()):
-            # A rejection's node is a GEMM, a call_function: its target is callable.
-            config = self.target_partitioner_configs.get(
-                format_target_name(cast(Callable[..., object], node.target).__name__)
-            )
-            if (
-                node.name in found
-                or not rejection.computed_from_constants
-                or not isinstance(config, FoldingGEMMMixin)
-            ):
-                continue
-            computation = config.declined_for_size(node, index, ep)
-            # Intermediates another reader needs would stay in the delegate, computed by
-            # ops no XNNPACK config checked: only computations that share sources alone.
-            if computation is None or computation.shared:
-                continue
-            members = set(computation.nodes)
-            # A source nothing else reads costs nothing to claim; one that something else
-            # reads and no partition holds yet would be copied once claimed.
-            if not all(
-                source in group_of or set(source.users) <= members for source in computation.sources
-            ):
-                continue
-            copied = [s for s in computation.sources if _copy_freed(s, members, group_of)]
-            folded = value_bytes(computation.root)
-            copies = [value_bytes(s) for s in copied]
-            if (
-                copied
-                and folded is not None
-                and None not in copies
-                and folded <= sum(c for c in copies if c is not None)
-            ):
-                found.add(node.name)
-        return frozenset(found)
-
-    def _unfolded_constant_gemms(
-        self, ep: ExportedProgram, groups: list[list[Node]]
-    ) -> frozenset[str]:
-        """GEMMs with an argument computed from constants that is not folded into them."""
-        members = {node for group in groups for node in group}
-        found: set[str] = set()
-        for node in ep.graph.nodes:
-            positions = EDGE_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
-            if not positions:
-                continue
-            marks = node.meta.get(FOLD_META_KEY, {}) if node in members else {}
-            if any(
-                index not in marks and constant_computation(ep, node, index) for index in positions
-            ):
-                found.add(node.name)
-        return frozenset(found)
-
-    def _match_once(self, ep: ExportedProgram) -> list[list[Node]]:
-        for node in ep.graph.nodes:
-            for key in _MARK_KEYS:
-                node.meta.pop(key, None)
-        self.rejections.clear()
-        self._argument_problems.clear()
-        sets = DisjointSets()
-        # executorch's is_constant_data rebuilds the signature's maps on every call: asked
-        # once per partition member, it made lowering quadratic in the program's inputs.
-        constant_data = constant_fqns(ep)
-        for node in ep.graph_module.graph.nodes:
-            if node.op != "call_function":
-                continue
-            config = self.target_partitioner_configs.get(format_target_name(node.target.__name__))
-            if config is None or not config.check_constraints(node, ep):
-                continue
-            partition = [
-                # The partitioner copies constant data into every partition that reads
-                # it, so a constant another partition already holds need not join.
-                n
-                for n in config.get_partition(node, ep)
-                if not (n in sets.parent and n.name in constant_data)
-            ]
-            if partition:
-                sets.find(partition[0])
-                for other in partition[1:]:
-                    sets.union(partition[0], other)
-        return sets.groups()
+    def _matched(self, ep: ExportedProgram) -> tuple[list[list[Node]], Findings]:
+        matching = matched_to_fixed_point(ep, self._context(), self._configs)
+        # Handed to the `collected` call around executorch's partition (see `_partition`).
+        report_findings(matching.findings)
+        return matching.groups, matching.findings
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The stock partitions, unless GEMMs that share a weight computation (a packed
         projection's split) were grouped into a partition that forms a dependency cycle
         with another: then the groups are merged by `acyclic_grouping` instead."""
-        self._shared_folds.clear()
-        partitions = super().generate_partitions(ep)
-        if not self._shared_folds or contracted_acyclic(
+        groups, findings = self._matched(ep)
+        partitions = self._stock_partitions(ep, groups)
+        if not findings.shared_folds or contracted_acyclic(
             ep.graph, [list(p.nodes) for p in partitions]
         ):
             return partitions
         # The GEMMs of a shared computation must share a delegate; group them ourselves.
-        return acyclic_grouping(ep.graph, self.get_matched_nodes_from_configs(ep))
+        return acyclic_grouping(ep.graph, groups)
+
+    def _stock_partitions(self, ep: ExportedProgram, groups: list[list[Node]]) -> list[Partition]:
+        """The partitions `XnnpackPartitioner.generate_partitions` makes of ``groups``."""
+        if self.per_op_mode:
+            matched = types.SimpleNamespace(get_matched_nodes_from_configs=lambda _: groups)
+            return XnnpackPartitioner.generate_per_op_partitions(matched, ep)
+        return generate_grouped_partitions_from_list_of_nodes(ep.graph_module, groups)
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
@@ -403,17 +295,14 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def _ops_to_not_decompose(
         self, ep: ExportedProgram
     ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
-        for config in self._folding_configs():
-            # The ATen-level filter asks the configs too; names decided for another
-            # lowering's graph must not reach it.
-            config.non_folding = config.fold_anyway = frozenset()
-        ops, stock_filter = super().ops_to_not_decompose(ep)
-        graph = ep.graph
         preserved: dict[str, OpOverload] = {}
         if self.fold:
             self._note_constants(ep)
-            preserved = self._plan(ep).preserved
-            ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
+            preserved = self._plan(ep, self._context()).preserved
+        # The stock filter asks configs built with the facts known now.
+        ops, stock_filter = stock_ops_to_not_decompose(self._configs(self._context()), ep)
+        ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
+        graph = ep.graph
 
         def ours(node: Node) -> bool:
             # Names are unique per graph only: nodes of control-flow submodules may reuse them.
@@ -424,13 +313,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
         def filter_fn(node: Node) -> bool:
             if ours(node):
-                _mark_preserved(node)
+                mark_preserved(node)
             return accepts(node)
 
         if not self.keep_decomposition_filter and filter_is_redundant(ep, ops, accepts):
             for node in graph.nodes:
                 if ours(node):
-                    _mark_preserved(node)
+                    mark_preserved(node)
             return ops, None
         return ops, filter_fn
 
@@ -462,191 +351,47 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             self._constant_tensors[fqn] = weakref.ref(tensor)
             fact = facts[fqn] = constant_facts().record(tensor)
             fact.written |= fqn in mutated
-        # The plan below must see this lowering's facts only (this method's writes, what
-        # the methods asked so far store), not what this instance kept from a previous
-        # lowering: its GEMMs that will not fold keep their sources, so another method
-        # folding one of those sources would save nothing.
-        self._refresh_facts()
-        stored = stored_constants(ep, self._plan(ep).not_folding)
+        # The plan below sees this lowering's facts only (this method's writes, what the
+        # methods asked so far store), read afresh from the record: its GEMMs that will
+        # not fold keep their sources, so another method folding one of those sources
+        # would save nothing.
+        stored = stored_constants(ep, self._plan(ep, self._context()).not_folding)
         for fqn, fact in facts.items():
             fact.stored |= fqn in stored
-        self._refresh_facts()
 
-    def _plan(self, ep: ExportedProgram) -> AtenPlan:
-        """`aten_plan` with this partitioner's options and the facts known so far."""
+    def _plan(self, ep: ExportedProgram, context: FoldContext) -> AtenPlan:
+        """`aten_plan` with this partitioner's options and ``context``'s facts."""
         return aten_plan(
             ep,
             self.options,
             force_non_static_weights=self._force_non_static_weights,
-            configs=frozenset(config.target_name for config in self._folding_configs()),
-            written_buffers=frozenset(self._written_buffers),
-            stored_elsewhere=self._stored_elsewhere,
+            configs=frozenset(
+                name
+                for name, config in self.target_partitioner_configs.items()
+                if isinstance(config, FoldingGEMMMixin)
+            ),
+            written_buffers=context.written_buffers,
+            stored_elsewhere=context.stored_elsewhere,
             cache=self._plans,
         )
-
-    def _refresh_facts(self) -> None:
-        written: set[str] = set()
-        stored: set[str] = set()
-        for fqn, ref in self._constant_tensors.items():
-            tensor = ref()
-            fact = constant_facts().get(tensor) if tensor is not None else None
-            if fact is None:
-                continue
-            if fact.written:
-                written.add(fqn)
-            if fact.stored:
-                stored.add(fqn)
-        self._written_buffers.clear()
-        self._written_buffers.update(written)
-        self._stored_elsewhere = frozenset(stored)
-        for config in self._folding_configs():
-            config.stored_elsewhere = self._stored_elsewhere
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         with analysis_scope(self._analysis):
             return self._partition(exported_program)
 
     def _partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        self.rejections.clear()
-        self._argument_problems.clear()
-        if self.fold:
-            # Facts of methods asked about after this partitioner last looked. (Not
-            # `_note_constants`: the edge program holds copies of the tensors.)
-            self._refresh_facts()
+        # The facts as every method's question left them (not `_note_constants`: the
+        # edge program holds copies of the tensors).
+        written_buffers = self._context().written_buffers
         constant_facts().partitioned = True
         with collect_why_reasons(exported_program.graph_module) as stock_reasons:
-            result = super().partition(exported_program)
+            # executorch's partition runs `generate_partitions`, which reports the
+            # findings of the matching it partitioned with.
+            result, findings = collected(functools.partial(super().partition, exported_program))
+        self._findings = findings
         if self.fold:
             if has_fold_marks(exported_program):
                 install_preprocess_hook()
-            self._check_preserved_were_delegated(exported_program)
-        self._record_reasons(exported_program, stock_reasons)
+            check_preserved_were_delegated(exported_program, written_buffers, self.options)
+        record_reasons(exported_program, stock_reasons, findings)
         return result
-
-    def _check_preserved_were_delegated(self, ep: ExportedProgram) -> None:
-        for node in ep.graph.nodes:
-            custom = node.meta.get(CUSTOM_META_KEY)
-            if (
-                node.op == "call_function"
-                and isinstance(custom, dict)
-                and custom.get(PRESERVED_META_KEY)
-                and DELEGATION_TAG_META_KEY not in node.meta
-            ):
-                written = self._written_buffers_read_by(node, ep)
-                if written:
-                    # The kept op was chosen before a later method showed that it writes
-                    # this buffer; the decompositions cannot be redone at this point.
-                    raise RuntimeError(
-                        f"xnnfold kept '{node.name}' ({node.target}) undecomposed to fold "
-                        f"its GEMM's weight, but another method writes the buffer "
-                        f"{written[0]} it reads, so the weight is not folded and '{node.name}' "
-                        "has no portable kernel. Pass the methods that write buffers before "
-                        "the methods that read them to to_edge_transform_and_lower."
-                    )
-                raise RuntimeError(
-                    f"xnnfold kept '{node.name}' ({node.target}) undecomposed so that its "
-                    "GEMM's weight could be folded, but the GEMM was not delegated, and no "
-                    "portable kernel exists for it. Lower this model with "
-                    "XnnpackFoldingPartitioner(fold=False) and report the model."
-                )
-
-    def _written_buffers_read_by(self, node: Node, ep: ExportedProgram) -> list[str]:
-        """FQNs of written buffers that the weights and biases ``node`` feeds read."""
-        # Bounded like a weight computation: at most max_fold_nodes + 1 nodes each way.
-        bound = self.max_fold_nodes + 1
-
-        def positions(current: Node) -> Optional[tuple[int, ...]]:
-            return EDGE_GEMM_ARGS.get(current.target) if current.op == "call_function" else None
-
-        def users_up_to_gemms(current: Node) -> list[Node]:
-            return [] if positions(current) is not None else list(current.users)
-
-        weights: list[Node] = []
-        for current in itertools.islice(walk([node], users_up_to_gemms), bound):
-            for index in positions(current) or ():
-                arg = current.args[index] if index < len(current.args) else None
-                if isinstance(arg, Node):
-                    weights.append(arg)
-        found: list[str] = []
-        reads = walk(weights, lambda current: current.all_input_nodes)
-        for current in itertools.islice(reads, bound):
-            fqn = ep.graph_signature.inputs_to_buffers.get(current.name)
-            if current.op == "placeholder" and fqn in self._written_buffers:
-                found.append(fqn)
-        return found
-
-    def _record_reasons(self, ep: ExportedProgram, stock_reasons: dict[str, str]) -> None:
-        """Write onto each GEMM left outside a delegate why (for `explain`), and warn
-        about the ones whose weight or bias is computed from parameters."""
-        declined: dict[Node, Rejection] = {}
-        rejection: Optional[Rejection]  # annotation only: reassigned from declined.get below
-        for (gemm, _), rejection in self.rejections.items():
-            declined.setdefault(gemm, rejection)
-        for node in ep.graph.nodes:
-            if not is_gemm(node):
-                continue
-            rejection = declined.get(node)
-            if DELEGATION_TAG_META_KEY in node.meta:
-                if rejection is not None:
-                    # Delegated with a weight XNNPACK reads at run time (fully-connected
-                    # ops take one): correct and fast, but not folded; say why.
-                    node.meta[REASON_META_KEY] = (
-                        f"its {rejection.role} is computed at run time, not folded: "
-                        f"{rejection.reason}"
-                    )
-                    node.meta[REASON_CODE_META_KEY] = rejection.code.code
-                continue
-            problem = self._argument_problems.get(node.name)
-            reason = (
-                problem
-                if problem is not None
-                else f"its {rejection.role} is not folded: {rejection.reason}"
-                if rejection is not None
-                else stock_reasons.get(node.name)
-            )
-            if reason is None:
-                continue
-            code = (
-                problem.code
-                if problem is not None
-                else rejection.code
-                if rejection is not None
-                else STOCK
-            )
-            node.meta[REASON_META_KEY] = reason
-            node.meta[REASON_CODE_META_KEY] = code.code
-            if problem is not None:
-                logger.warning(
-                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: %s [%s]",
-                    node.name,
-                    module_path(node),
-                    problem,
-                    code.code,
-                )
-            elif rejection is not None and self._worth_a_warning(rejection, ep):
-                where = f" (computed by {rejection.site})" if rejection.site else ""
-                logger.warning(
-                    "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: "
-                    "its %s%s is not folded because %s [%s]",
-                    node.name,
-                    module_path(node),
-                    rejection.role,
-                    where,
-                    rejection.reason,
-                    code.code,
-                )
-
-    @staticmethod
-    def _worth_a_warning(rejection: Rejection, ep: ExportedProgram) -> bool:
-        # A weight computed from parameters is one the user expects to be static; an
-        # activation operand (attention's k.T) is not news and would drown the rest.
-        if rejection.computed_from_constants or rejection.site is not None:
-            return True
-        root = rejection.gemm.args[rejection.arg_index]
-        if not isinstance(root, Node):
-            return False
-        op = op_overload(root.target)
-        if op is not None and op.namespace in QUANTIZATION_NAMESPACES:
-            # A quantized weight: whether it is delegated is the stock config's call.
-            return False
-        return reads_parameters(root, ep)

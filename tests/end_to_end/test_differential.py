@@ -66,12 +66,15 @@ from tests.support.grammar import (
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 SEED: Final = 20261201
-# Measured on this 2-core machine: median 2.9 s per generated program (stock and xnnfold
-# lowering, every .pte run; 1-6 s), ~32 s for a long-chain one (stock lowers a 700-node
-# chain in ~25 s); 45 programs took 205 s in all. 32 keep CI's suite well under 25 min
-# (the campaign, benchmarks/differential_campaign.py, runs thousands). Shrinking a failure re-checks it
+# Median 2.9 s per generated program on a quiet 2-core machine (stock and xnnfold
+# lowering, every .pte run; 1-6 s); a long chain takes minutes (stock lowers a 700-node
+# chain slowly), so the seeds that draw one run in the campaign tier, and the full tier
+# keeps the rest (tests/partition/test_long_computations.py covers deep chains there).
+# benchmarks/differential_campaign.py runs thousands. Shrinking a failure re-checks it
 # TEST_SHRINK_ATTEMPTS times more, so a failing run takes longer.
 N_MODELS: Final = 32
+# Scenarios whose seeds run in the campaign tier only.
+CAMPAIGN_SCENARIOS: Final = frozenset({"long_chain"})
 # The pytest run keeps chains short enough to lower in seconds but past the ~600-node
 # depth where recursive graph walks used to fail; the campaign goes to 1500 steps.
 TEST_OPTIONS: Final = GenOptions(max_chain_steps=400, min_long_chain_steps=320)
@@ -543,7 +546,26 @@ def failure_report(outcome: Outcome, *, attempts: int) -> str:
 # The test.
 
 
-@pytest.mark.parametrize("index", range(N_MODELS))
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The seeded indexes of the two generated-program tests, those past the full tier's
+    slice marked ``campaign``. The fast tier deselects this whole module, so it draws
+    nothing at collection."""
+    drawing = metafunc.config.getoption("--tier") != "fast"
+    if metafunc.function is test_generated_program_passes_the_oracles:
+        campaign = [
+            drawing and generate_program(SEED + i, TEST_OPTIONS).scenario in CAMPAIGN_SCENARIOS
+            for i in range(N_MODELS)
+        ]
+    elif metafunc.function is test_quantized_generated_program_passes_the_oracles:
+        campaign = [i >= N_QUANTIZED_FULL for i in range(N_QUANTIZED)]
+    else:
+        return
+    metafunc.parametrize(
+        "index",
+        [pytest.param(i, marks=[pytest.mark.campaign] * c) for i, c in enumerate(campaign)],
+    )
+
+
 def test_generated_program_passes_the_oracles(index: int) -> None:
     program = generate_program(SEED + index, TEST_OPTIONS)
     outcome = check_program(program)
@@ -559,8 +581,10 @@ def test_generated_program_passes_the_oracles(index: int) -> None:
 # --------------------------------------------------------------------------------------
 # PT2E-quantized variants.
 
-# Quantized programs: a subset of the seeds, one method each, no dynamic shapes.
+# Quantized programs: a subset of the seeds, one method each, no dynamic shapes; the
+# full tier runs the first N_QUANTIZED_FULL (20-60 s each), the campaign tier all.
 N_QUANTIZED: Final = 10
+N_QUANTIZED_FULL: Final = 5
 QUANTIZED_SEED: Final = SEED + 500_000
 # int8 XNNPACK kernels and the quantize/dequantize reference round differently: a few
 # quantization steps of the output.
@@ -685,7 +709,6 @@ def quantizable_program(index: int) -> Program:
         k += 1
 
 
-@pytest.mark.parametrize("index", range(N_QUANTIZED))
 def test_quantized_generated_program_passes_the_oracles(index: int) -> None:
     program = quantizable_program(index)
     outcome = check_quantized(program)

@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 SEED: Final = 20261130
 # Drawn examples, each a lowering and a run of 2-3 s on a quiet 2-core machine: the full
 # tier's seeded slice (beside COVERING_EXAMPLES) and the campaign tier's sweep.
-MAX_EXAMPLES: Final = 25
+MAX_EXAMPLES: Final = 12
 CAMPAIGN_EXAMPLES: Final = 200
 
 CONV_KINDS: Final = ("conv1d", "conv2d", "conv_transpose1d", "conv_transpose2d")

@@ -269,7 +269,7 @@ def test_reused_module_is_fully_delegated(name: str) -> None:
     assert summary.fully_delegated, summary.outside_ops_text()
 
 
-@pytest.mark.slow
+@pytest.mark.campaign
 def test_hundred_weight_norm_layers() -> None:
     """100 weight_norm layers from one comprehension: one delegate, equal to hand-folded
     (about a minute of lowering each way)."""

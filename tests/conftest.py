@@ -37,14 +37,18 @@ TIER_MARKERS = {"slow": "full", "campaign": "campaign"}
 TIER_ENVIRONMENT_VARIABLE = "XNNFOLD_TEST_TIER"
 
 # Longest first, as measured by `pytest --junitxml --tier full` on the default stack
-# (minutes of one worker's time; the rest of the files take under 1.5 each).
+# (each over a minute of one worker's time; the rest of the files take under one).
 LONGEST_FIRST = (
     "tests/end_to_end/test_differential.py",
-    "tests/partition/test_decompositions.py",
-    "tests/end_to_end/test_generated_models.py",
-    "tests/end_to_end/test_architectures.py",
-    "tests/partition/test_long_computations.py",
+    "tests/recipes/test_recipes.py",
     "tests/partition/test_shared.py",
+    "tests/end_to_end/test_transformers_models.py",
+    "tests/partition/test_boundaries.py",
+    "tests/integrations/test_transformers_exporter.py",
+    "tests/partition/test_growth_budget.py",
+    "tests/partition/test_decompositions.py",
+    "tests/end_to_end/test_end_to_end.py",
+    "tests/partition/test_addmm_arguments.py",
 )
 
 

@@ -73,7 +73,7 @@ SEED: Final = 20261201
 # tier runs all N_MODELS, and benchmarks/differential_campaign.py thousands. Shrinking a
 # failure re-checks it TEST_SHRINK_ATTEMPTS times more, so a failing run takes longer.
 N_MODELS: Final = 32
-N_MODELS_FULL: Final = 16
+N_MODELS_FULL: Final = 12
 # Scenarios whose seeds run in the campaign tier only.
 CAMPAIGN_SCENARIOS: Final = frozenset({"long_chain"})
 # The pytest run keeps chains short enough to lower in seconds but past the ~600-node

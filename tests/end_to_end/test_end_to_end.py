@@ -32,7 +32,7 @@ GRID = [
 EXTRA = ["linear_computed_bias", "matmul_transposed"]
 CASES = GRID + EXTRA
 # The fast tier's slice of the grid: every norm and every layer kind at least once, and
-# both extras; the full tier runs the whole grid.
+# both extras.
 FAST_CASES = frozenset(
     {
         "weight_norm_dim0-conv1d",
@@ -47,8 +47,22 @@ FAST_CASES = frozenset(
 )
 
 
+# The full tier's slice: every layer kind under the two parametrizations most models use,
+# every norm on a plain and a transposed convolution, and the fast slice; the campaign
+# tier runs the whole grid.
+FULL_CASES = FAST_CASES | frozenset(
+    [f"{norm}-{layer}" for norm in ("weight_norm_dim0", "spectral_norm") for layer in LAYERS]
+    + [f"{norm}-{layer}" for norm in NORMS for layer in ("conv1d", "conv_transpose1d")]
+)
+
+
 def _tiered(names: list[str]) -> list[object]:
-    return [pytest.param(n, marks=() if n in FAST_CASES else pytest.mark.slow) for n in names]
+    def marks(name: str) -> list[pytest.MarkDecorator]:
+        if name in FAST_CASES:
+            return []
+        return [pytest.mark.slow] if name in FULL_CASES else [pytest.mark.campaign]
+
+    return [pytest.param(n, marks=marks(n)) for n in names]
 
 
 def _eager(name: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:

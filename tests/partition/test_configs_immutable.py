@@ -18,22 +18,7 @@ import xnnfold
 from xnnfold.passes.partition._configs import FoldingGEMMMixin, STOCK_SCRATCH_ATTRIBUTES
 from xnnfold.passes.partition._context import FoldContext
 
-
-class _PackedWithDeclinedReader(nn.Module):
-    """Two GEMMs on slices of one packed source: the addmm is declined (its bias is per
-    row), so the mm, accepted in the first round, is matched again without folding: the
-    fixed point runs two rounds and the configs find a rejection and an argument problem."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.packed = nn.Parameter(torch.randn(16 * 8 + 8 * 4))
-        self.row_bias = nn.Parameter(torch.randn(3, 4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w1 = self.packed[: 16 * 8].reshape(8, 16) * 2.0
-        w2 = self.packed[16 * 8 :].reshape(8, 4) * 2.0
-        return torch.addmm(self.row_bias, torch.tanh(x @ w1.t()), w2)
+from tests.support.packed_sources import PackedWithDeclinedReader
 
 
 class _Table(nn.Module):
@@ -91,7 +76,7 @@ def test_a_lowering_writes_nothing_onto_any_config() -> None:
 
     partitioner = xnnfold.XnnpackFoldingPartitioner()
     before = [(c, _state(c)) for c in partitioner.target_partitioner_configs.values()]
-    model = _PackedWithDeclinedReader().eval()
+    model = PackedWithDeclinedReader().eval()
     with mock.patch.object(FoldingGEMMMixin, "build", classmethod(recording_build)):
         xnnfold.lower(model, (torch.randn(3, 16),), partitioner=partitioner)
     # Configs for the ATen filter, and for each of the fixed point's two rounds.

@@ -24,6 +24,7 @@ import xnnfold
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
 
 from tests._lowering import lower_folding, lower_stock
+from tests.support.packed_sources import PackedWithDeclinedReader
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
@@ -354,28 +355,6 @@ def test_facts_of_one_lowering_do_not_decline_the_next() -> None:
     edge = to_edge_transform_and_lower(ep, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
     (mm,) = [r for r in xnnfold.explain(edge).rows if r.op == "mm"]
     assert mm.folded == ("weight",), mm
-
-
-class PackedWithDeclinedReader(nn.Module):
-    """One packed source: a slice is a linear's weight, another slice the weight of an
-    addmm XNNPACK cannot compute (its bias is per row), which stays on portable.
-
-    Found by the differential campaign: the linear's fold assumed the addmm folds too,
-    so inside the delegate its source still had another reader and the fold pass
-    refused the mark.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.packed = nn.Parameter(torch.randn(16 * 8 + 8 * 4))
-        self.row_bias = nn.Parameter(torch.randn(3, 4))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w1 = self.packed[: 16 * 8].reshape(8, 16) * 2.0
-        w2 = self.packed[16 * 8 :].reshape(8, 4) * 2.0
-        h = torch.tanh(x @ w1.t())
-        return torch.addmm(self.row_bias, h, w2)
 
 
 def test_a_source_shared_with_a_declined_gemm_lowers_and_matches_eager() -> None:

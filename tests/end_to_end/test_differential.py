@@ -73,7 +73,7 @@ SEED: Final = 20261201
 # tier runs all N_MODELS, and benchmarks/differential_campaign.py thousands. Shrinking a
 # failure re-checks it TEST_SHRINK_ATTEMPTS times more, so a failing run takes longer.
 N_MODELS: Final = 32
-N_MODELS_FULL: Final = 12
+N_MODELS_FULL: Final = 10
 # Scenarios whose seeds run in the campaign tier only.
 CAMPAIGN_SCENARIOS: Final = frozenset({"long_chain"})
 # The pytest run keeps chains short enough to lower in seconds but past the ~600-node
@@ -586,7 +586,7 @@ def test_generated_program_passes_the_oracles(index: int) -> None:
 # Quantized programs: a subset of the seeds, one method each, no dynamic shapes; the
 # full tier runs the first N_QUANTIZED_FULL (10-35 s each), the campaign tier all.
 N_QUANTIZED: Final = 10
-N_QUANTIZED_FULL: Final = 3
+N_QUANTIZED_FULL: Final = 2
 QUANTIZED_SEED: Final = SEED + 500_000
 # int8 XNNPACK kernels and the quantize/dequantize reference round differently: a few
 # quantization steps of the output.

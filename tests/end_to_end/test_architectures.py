@@ -28,6 +28,7 @@ from xnnfold.fixtures._architectures import (
 )
 
 from tests._lowering import lower_stock, Lowered, lowered_hand_folded
+from tests._tiers import campaign_unless
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
@@ -140,10 +141,7 @@ STOCK_CHECKED_IN_FULL_TIER = NAMES[:1]
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=[] if n in STOCK_CHECKED_IN_FULL_TIER else [pytest.mark.campaign])
-        for n in NAMES
-    ],
+    [pytest.param(n, marks=campaign_unless(n in STOCK_CHECKED_IN_FULL_TIER)) for n in NAMES],
 )
 def test_stock_leaves_computed_weight_gemms_on_portable(name: str) -> None:
     """The fixture exercises the problem: stock declines exactly the computed weights (and
@@ -161,10 +159,7 @@ BITWISE_IN_FULL_TIER = NAMES[:2]
 
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=[] if n in BITWISE_IN_FULL_TIER else [pytest.mark.campaign])
-        for n in NAMES
-    ],
+    [pytest.param(n, marks=campaign_unless(n in BITWISE_IN_FULL_TIER)) for n in NAMES],
 )
 def test_bitwise_equal_to_hand_folded(name: str) -> None:
     inputs = _fixture(name).inputs()

@@ -28,6 +28,7 @@ builder call and the check, after a small deterministic greedy shrink (`shrink`)
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import traceback
@@ -42,6 +43,7 @@ from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
 
 import xnnfold
 
+from tests._tiers import campaign_unless
 from tests.support import reproducers
 from tests.support.grammar import (
     build_program,
@@ -553,23 +555,28 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     nothing at collection."""
     drawing = metafunc.config.getoption("--tier") != "fast"
     if metafunc.function is test_generated_program_passes_the_oracles:
-        campaign = [
-            i >= N_MODELS_FULL
-            or (drawing and generate_program(SEED + i, TEST_OPTIONS).scenario in CAMPAIGN_SCENARIOS)
+        kept = [
+            i < N_MODELS_FULL and not (drawing and _generated(i).scenario in CAMPAIGN_SCENARIOS)
             for i in range(N_MODELS)
         ]
     elif metafunc.function is test_quantized_generated_program_passes_the_oracles:
-        campaign = [i >= N_QUANTIZED_FULL for i in range(N_QUANTIZED)]
+        kept = [i < N_QUANTIZED_FULL for i in range(N_QUANTIZED)]
     else:
         return
     metafunc.parametrize(
-        "index",
-        [pytest.param(i, marks=[pytest.mark.campaign] * c) for i, c in enumerate(campaign)],
+        "index", [pytest.param(i, marks=campaign_unless(k)) for i, k in enumerate(kept)]
     )
 
 
+@functools.cache
+def _generated(index: int) -> Program:
+    """The program of seed ``index``, drawn once per process: collection reads its
+    scenario, the test checks it."""
+    return generate_program(SEED + index, TEST_OPTIONS)
+
+
 def test_generated_program_passes_the_oracles(index: int) -> None:
-    program = generate_program(SEED + index, TEST_OPTIONS)
+    program = _generated(index)
     outcome = check_program(program)
     if outcome.failures:
         pytest.fail(

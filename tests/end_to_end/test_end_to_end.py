@@ -20,6 +20,7 @@ from tests._lowering import (
     lowered_folding,
     lowered_hand_folded,
 )
+from tests._tiers import campaign_unless
 
 pytestmark = pytest.mark.runtime
 
@@ -60,7 +61,7 @@ def _tiered(names: list[str]) -> list[object]:
     def marks(name: str) -> list[pytest.MarkDecorator]:
         if name in FAST_CASES:
             return []
-        return [pytest.mark.slow] if name in FULL_CASES else [pytest.mark.campaign]
+        return [pytest.mark.slow, *campaign_unless(name in FULL_CASES)]
 
     return [pytest.param(n, marks=marks(n)) for n in names]
 

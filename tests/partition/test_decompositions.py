@@ -29,6 +29,7 @@ from xnnfold.passes._ops import DECOMPOSES_ONLY_TO
 from xnnfold.passes.partition._decompositions import decomposed_ops, filter_is_redundant
 
 from tests._lowering import fixture_by_name
+from tests._tiers import campaign_unless
 
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = pytest.mark.slow
@@ -241,10 +242,8 @@ def _one_op_params() -> list[Any]:
     params = []
     for i, case in enumerate(ONE_OP_CASES):
         seen[case[0]] = seen.get(case[0], 0) + 1
-        later = seen[case[0]] > FULL_TIER_CASES_PER_OP
-        params.append(
-            pytest.param(*case, id=f"{case[0]}-{i}", marks=[pytest.mark.campaign] * later)
-        )
+        kept = seen[case[0]] <= FULL_TIER_CASES_PER_OP
+        params.append(pytest.param(*case, id=f"{case[0]}-{i}", marks=campaign_unless(kept)))
     return params
 
 
@@ -462,9 +461,7 @@ FULL_TIER_GRID = frozenset(
 @pytest.mark.parametrize(
     "norm, layer",
     [
-        pytest.param(
-            n, layer_name, marks=[] if (n, layer_name) in FULL_TIER_GRID else [pytest.mark.campaign]
-        )
+        pytest.param(n, layer_name, marks=campaign_unless((n, layer_name) in FULL_TIER_GRID))
         for n, layer_name in GRID
     ],
     ids=[f"{n}-{layer_name}" for n, layer_name in GRID],
@@ -485,7 +482,7 @@ FAST_FIXTURES = ("pos_conv_small", "wn_conv_stack", "spectral_mlp")
 @pytest.mark.runtime
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=() if n in FAST_FIXTURES else pytest.mark.campaign) for n in FIXTURES],
+    [pytest.param(n, marks=campaign_unless(n in FAST_FIXTURES)) for n in FIXTURES],
 )
 def test_same_program_as_filter_path_fixtures(name: str, monkeypatch) -> None:
     fixture = FIXTURES[name]

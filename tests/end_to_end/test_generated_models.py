@@ -614,7 +614,7 @@ def _with_examples(test: Callable[[ModelSpec], None]) -> Callable[[ModelSpec], N
     return test
 
 
-def _generated(max_examples: int) -> Any:
+def _property_settings(max_examples: int) -> Any:
     """Hypothesis settings of the property: seeded (derandomized), no deadline."""
     return settings(
         max_examples=max_examples,
@@ -625,7 +625,7 @@ def _generated(max_examples: int) -> Any:
     )
 
 
-@_generated(MAX_EXAMPLES)
+@_property_settings(MAX_EXAMPLES)
 @given(model_specs())
 @_with_examples
 def test_generated_model_folds_and_matches_eager(spec: ModelSpec) -> None:
@@ -633,7 +633,7 @@ def test_generated_model_folds_and_matches_eager(spec: ModelSpec) -> None:
 
 
 @pytest.mark.campaign
-@_generated(CAMPAIGN_EXAMPLES)
+@_property_settings(CAMPAIGN_EXAMPLES)
 @given(model_specs())
 def test_many_generated_models_fold_and_match_eager(spec: ModelSpec) -> None:
     check(spec)

@@ -10,6 +10,10 @@ and size of each `.pte`:
   lowering installed the preprocess hook (a program xnnfold did not mark must not change);
 - ``hand``: the hand-folded twin with the stock partitioner.
 
+For the ``xnnfold`` variant it also records the SHA-256 of `xnnfold.explain`'s rows (where
+each GEMM ran, what folded, each reason with its code, the growth ledger), so a refactor
+that keeps the bytes but changes a reason shows too.
+
     python benchmarks/pte_fingerprints.py --write benchmarks/pte_fingerprints.json
     python benchmarks/pte_fingerprints.py --check benchmarks/pte_fingerprints.json
 
@@ -50,7 +54,7 @@ def _fixtures() -> dict[str, Any]:
     return found
 
 
-def _lower(fixture: Any, variant: str) -> bytes:
+def _lower(fixture: Any, variant: str) -> tuple[bytes, str]:
     import torch
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from executorch.exir import to_edge_transform_and_lower
@@ -65,7 +69,9 @@ def _lower(fixture: Any, variant: str) -> bytes:
     partitioner: Any = (
         xnnfold.XnnpackFoldingPartitioner() if variant == "xnnfold" else XnnpackPartitioner()
     )
-    return bytes(to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer)
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    rows = repr(xnnfold.explain(edge).rows) if variant == "xnnfold" else ""
+    return bytes(edge.to_executorch().buffer), rows
 
 
 def fingerprints(names: list[str] | None, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -76,11 +82,13 @@ def fingerprints(names: list[str] | None, progress: Callable[[str], None]) -> di
             key = f"{name}/{variant}"
             progress(key)
             try:
-                buffer = _lower(fixtures[name], variant)
+                buffer, rows = _lower(fixtures[name], variant)
             except Exception as error:  # recorded, so a refactor that fixes or breaks it shows
                 programs[key] = {"error": f"{type(error).__name__}: {str(error)[:200]}"}
                 continue
             programs[key] = {"sha256": hashlib.sha256(buffer).hexdigest(), "bytes": len(buffer)}
+            if rows:
+                programs[key]["explain"] = hashlib.sha256(rows.encode()).hexdigest()
     return {
         "releases": {p: metadata.version(p) for p in ("torch", "executorch")},
         "programs": programs,

@@ -71,7 +71,7 @@ def survey() -> list[str]:
     default budget."""
     from xnnfold.passes._options import FoldOptions
     from xnnfold.passes.analysis import find_weight_computation, gemm_positions
-    from xnnfold.passes.analysis._growth import _growth_of, program_bytes
+    from xnnfold.passes.analysis._growth import growth_of, program_bytes
 
     lines = [
         "| fixture | growing folds (groups) | largest fold (bytes) | all folds (bytes) "
@@ -90,7 +90,7 @@ def survey() -> list[str]:
                 result = find_weight_computation(
                     node, index, ep, arg_positions=positions, options=FoldOptions(), _budgeted=False
                 )
-                growth = _growth_of(result)
+                growth = growth_of(result)
                 if growth is not None:
                     groups[growth.group] = growth.added
         if groups:

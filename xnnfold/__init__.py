@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from xnnfold.lowering._lower import lower, to_executorch
     from xnnfold.lowering._runtime import LoadedProgram, run_pte
     from xnnfold.passes import (
+        CrossMethodFacts,
         FoldComputedWeightsPass,
         install_preprocess_hook,
         is_preprocess_hook_installed,
@@ -53,6 +54,7 @@ _LAZY: dict[str, str] = {
     "DEFAULT_GROWTH_BUDGET": "xnnfold.passes._options",
     "GrowthBudget": "xnnfold.passes._options",
     "NO_GROWTH": "xnnfold.passes._options",
+    "CrossMethodFacts": "xnnfold.passes",
     "FoldComputedWeightsPass": "xnnfold.passes",
     "install_preprocess_hook": "xnnfold.passes",
     "is_preprocess_hook_installed": "xnnfold.passes",
@@ -70,6 +72,7 @@ __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
 
 
 __all__ = [
+    "CrossMethodFacts",
     "DEFAULT_GROWTH_BUDGET",
     "ExplainReport",
     "GemmRow",

@@ -17,11 +17,13 @@ __all__ = [
     "CUSTOM_META_KEY",
     "DELEGATION_TAG_META_KEY",
     "EXTERNAL_TAG_KEYS",
+    "FOLD_MARK_KEYS",
     "FOLD_META_KEY",
     "FOLD_OPTIONS_META_KEY",
     "FOLD_SCALES_META_KEY",
     "GROWTH_META_KEY",
     "NN_MODULE_STACK_META_KEY",
+    "PARTITION_MARK_KEYS",
     "PRESERVED_META_KEY",
     "PROVENANCE_META_KEYS",
     "REASON_CODE_META_KEY",
@@ -48,6 +50,16 @@ FOLD_SCALES_META_KEY: Final = "xnnfold_fold_scales"
 # On a GEMM whose fold grows the program, folded or left outside by the growth budget:
 # (bytes added, the name of the group of folds that share its sources), for `explain`.
 GROWTH_META_KEY: Final = "xnnfold_growth"
+# The marks that ask the fold pass to rewrite a GEMM (`has_fold_marks`).
+FOLD_MARK_KEYS: Final = (FOLD_META_KEY, FOLD_SCALES_META_KEY)
+# Everything the partitioner writes onto a GEMM after its final matching round
+# (`passes/partition/_outcome.py`), and clears first.
+PARTITION_MARK_KEYS: Final = (
+    FOLD_META_KEY,
+    FOLD_SCALES_META_KEY,
+    FOLD_OPTIONS_META_KEY,
+    GROWTH_META_KEY,
+)
 # On an ATen node the partitioner asked executorch not to decompose.
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
 # On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.

@@ -95,6 +95,7 @@ __all__ = [
     "check_releases",
     "installed_version",
     "supports_bf16",
+    "warn_if_deprecated_to_backend",
 ]
 
 # The one table of tested releases: each (torch, executorch) pair the suite passed on. The
@@ -201,6 +202,10 @@ UPSTREAM_NAMES: Final[tuple[tuple[str, str], ...]] = (
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "ConvolutionConfig"),
     ("executorch.backends.xnnpack.xnnpack_preprocess", "XnnpackBackend.preprocess"),
     (
+        "executorch.backends.xnnpack.partition.xnnpack_partitioner",
+        "XnnpackPartitioner._check_if_called_from_to_backend",
+    ),
+    (
         "executorch.exir.backend.canonical_partitioners.config_partitioner",
         "ConfigerationBasedPartitioner.get_matched_nodes_from_configs",
     ),
@@ -296,6 +301,19 @@ def conv_forward(
     """``conv``'s convolution of ``x`` with another weight and bias (its stride, padding,
     dilation, groups and padding mode): what a Conv2d subclass computing its weight runs."""
     return conv._conv_forward(x, weight, bias)
+
+
+def warn_if_deprecated_to_backend(partitioner: Any) -> None:
+    """What `XnnpackPartitioner.partition` adds to the partition it inherits: a warning,
+    on executorch's logger, when the partitioner is called through the deprecated
+    ``to_edge().to_backend()`` path (``partitioner`` is an `XnnpackPartitioner`)."""
+    from executorch.backends.xnnpack.partition import xnnpack_partitioner
+
+    if partitioner._check_if_called_from_to_backend():
+        logging.getLogger(xnnpack_partitioner.__name__).warning(
+            "\nDEPRECATION WARNING: the 'to_edge() + to_backend()' workflow is deprecated; "
+            "use 'to_edge_transform_and_lower()'"
+        )
 
 
 def set_graph_signature(ep: ExportedProgram, signature: ExportGraphSignature) -> None:

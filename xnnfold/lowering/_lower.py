@@ -12,7 +12,7 @@ from executorch.exir import (
 )
 from torch import nn
 
-from xnnfold.passes import XnnpackFoldingPartitioner
+from xnnfold.passes import CrossMethodFacts, XnnpackFoldingPartitioner
 from xnnfold.rewriter import prepare_for_xnnpack
 
 __all__ = ["lower", "to_executorch"]
@@ -28,7 +28,8 @@ def lower(
     """Prepare, export and lower ``model`` with `XnnpackFoldingPartitioner`.
 
     Returns the `EdgeProgramManager`, whose program can be inspected (`summarize`) before
-    ``.to_executorch()``.
+    ``.to_executorch()``. The default partitioner gets this lowering's own
+    `CrossMethodFacts`.
     """
     if not isinstance(example_inputs, tuple):
         raise TypeError(
@@ -37,7 +38,9 @@ def lower(
         )
     model = prepare_for_xnnpack(model)
     ep = torch.export.export(model, example_inputs, dynamic_shapes=dynamic_shapes)
-    return to_edge_transform_and_lower(ep, partitioner=[partitioner or XnnpackFoldingPartitioner()])
+    if partitioner is None:
+        partitioner = XnnpackFoldingPartitioner(facts=CrossMethodFacts())
+    return to_edge_transform_and_lower(ep, partitioner=[partitioner])
 
 
 def to_executorch(

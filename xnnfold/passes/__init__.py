@@ -20,9 +20,11 @@ from xnnfold.passes.partition._configs import (
     FoldingLinearConfig,
     FoldingMMConfig,
 )
+from xnnfold.passes.partition._facts import CrossMethodFacts
 from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
 
 __all__ = [
+    "CrossMethodFacts",
     "DEFAULT_GROWTH_BUDGET",
     "FOLDING_GEMM_CONFIGS",
     "FoldComputedWeightsPass",

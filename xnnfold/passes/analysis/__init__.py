@@ -1,11 +1,12 @@
 """The analysis the stages share: what a GEMM argument is computed from, and whether it folds.
 
-The partitioner's configs, its ATen plan, the fold pass and the reports all ask the same
-questions of a graph, so they read one set of answers: `find_weight_computation` (the
-predicate: "delegated" and "folded" cannot disagree), the per-argument rules XNNPACK's
-GEMMs impose (`_arguments`), the growth budget's per-method ledger (`_growth`), and the
-small node helpers and analysis caches they are built on. This package imports none of
-the stages (`tests/install/test_passes_layers.py`).
+The partitioner's configs, its ATen plan and the fold pass ask one function whether an
+argument folds: `decide`, the decision ladder (`_verdict`), which applies the predicate
+(`find_weight_computation`) with what each stage knows, so "delegated" and "folded"
+cannot disagree. Beside it: the per-argument rules XNNPACK's GEMMs impose
+(`_arguments`), the growth budget's per-method ledger (`_growth`), and the small node
+helpers and analysis caches they are built on. This package imports none of the stages
+(`tests/install/test_passes_layers.py`), and only it calls the predicate.
 """
 
 from xnnfold.passes.analysis._arguments import (
@@ -23,8 +24,8 @@ from xnnfold.passes.analysis._constants import (
     is_constant_source,
     stored_constants,
 )
-from xnnfold.passes.analysis._growth import Growth, note_growth
 from xnnfold.passes.analysis._growth import node_bytes as value_bytes
+from xnnfold.passes.analysis._growth import noted_growth
 from xnnfold.passes.analysis._nodes import (
     arg_role,
     constant_fqns,
@@ -37,16 +38,34 @@ from xnnfold.passes.analysis._nodes import (
     site_of,
 )
 from xnnfold.passes.analysis._predicates import find_weight_computation
-from xnnfold.passes.analysis._results import Rejection, WeightComputation
+from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
 from xnnfold.passes.analysis._scope import analysis_scope, AnalysisCache, new_analysis_cache
 from xnnfold.passes.analysis._structure import computation_key
+from xnnfold.passes.analysis._verdict import (
+    decide,
+    Decision,
+    FIRST_ROUND,
+    NO_FACTS,
+    ProgramFacts,
+    RoundDecisions,
+    Stage,
+    Verdict,
+    written_elsewhere,
+)
 
 __all__ = [
     "ADDMM_BIAS",
     "ADDMM_WEIGHT",
     "AnalysisCache",
+    "Decision",
+    "FIRST_ROUND",
     "Growth",
+    "NO_FACTS",
+    "ProgramFacts",
     "Rejection",
+    "RoundDecisions",
+    "Stage",
+    "Verdict",
     "WeightComputation",
     "addmm_problem",
     "addmm_scales",
@@ -54,6 +73,7 @@ __all__ = [
     "arg_role",
     "computation_key",
     "constant_fqns",
+    "decide",
     "deconvolution_problem",
     "external_tag",
     "find_weight_computation",
@@ -65,11 +85,12 @@ __all__ = [
     "is_matrix_transpose",
     "is_preserved",
     "new_analysis_cache",
-    "note_growth",
+    "noted_growth",
     "op_overload",
     "permuted_weight_problem",
     "shared_kernel_problem",
     "site_of",
     "stored_constants",
     "value_bytes",
+    "written_elsewhere",
 ]

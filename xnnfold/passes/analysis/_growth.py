@@ -25,62 +25,43 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Callable, Final, Optional, TYPE_CHECKING
+from typing import Final, Optional, Union
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from xnnfold._meta import GROWTH_META_KEY, VAL_META_KEY
+from xnnfold._meta import VAL_META_KEY
 from xnnfold._upstream import aten_op_of, EdgeOpOverload, OpOverload, schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
-from xnnfold.passes._ops import GEMM_ARGS
-from xnnfold.passes._options import FoldOptions, GrowthBudget, NO_GROWTH
+from xnnfold.passes._options import GrowthBudget, NO_GROWTH
 from xnnfold.passes.analysis._arguments import addmm_scales
-
-if TYPE_CHECKING:
-    from xnnfold.passes.analysis._results import Rejection
+from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
 
 __all__ = [
+    "FULLY_CONNECTED_OPS",
     "Growth",
     "Ledger",
     "admit",
-    "beyond_budget",
     "budget_text",
+    "growth_of",
     "has_run_time_weight_form",
     "node_bytes",
-    "note_growth",
+    "noted_growth",
+    "gemm_op_name",
     "program_bytes",
     "program_cap",
+    "restated_beyond_budget",
 ]
 
 # The GEMMs XNNPACK serializes as a fully-connected op (ATen and edge names alike).
 FULLY_CONNECTED_OPS: Final = frozenset({"linear", "addmm", "mm", "matmul"})
 
 
-@dataclass(frozen=True)
-class Growth:
-    """What folding one group of weight computations (those sharing sources) adds.
-
-    Attributes:
-        group: the name of the group's first folded value in program order.
-        folded: bytes of the distinct folded tensors.
-        freed: bytes of the sources the folds free.
-    """
-
-    group: str
-    folded: int
-    freed: int
-
-    @property
-    def added(self) -> int:
-        return self.folded - self.freed
-
-
 def has_run_time_weight_form(gemm: Node, *, op_name: str, role: str) -> bool:
     """Whether XNNPACK takes ``gemm`` with this argument computed at run time, as the
-    configs do for a declined fold (`FoldingGEMMMixin._computed_deps`): the fp32 weight
+    decision ladder delegates a declined fold (`_verdict.decide`): the fp32 weight
     of a fully-connected GEMM without addmm's scales. A convolution, a bias, a weight of
     another dtype or a scaled addmm has none: declined, the GEMM stays on portable."""
     if op_name not in FULLY_CONNECTED_OPS or role != "weight":
@@ -192,7 +173,7 @@ def node_bytes(node: Node, float_itemsize: Optional[int] = None) -> Optional[int
     return val.numel() * val.element_size()
 
 
-def _op_name(target: object) -> str:
+def gemm_op_name(target: object) -> str:
     """ "convolution" for aten.convolution in any dialect (and the copies executorch keeps
     out of decomposition under another namespace while it decomposes)."""
     if isinstance(target, EdgeOpOverload):
@@ -202,90 +183,47 @@ def _op_name(target: object) -> str:
     return ""
 
 
-def _growth_of(result: object) -> Optional[Growth]:
-    """The growth a size-rule rejection carries, if the GEMM may spend budget on it."""
-    growth = getattr(result, "growth", None)
-    gemm = getattr(result, "gemm", None)
-    if not isinstance(growth, Growth) or not isinstance(gemm, Node):
+def growth_of(result: Union[WeightComputation, Rejection, None]) -> Optional[Growth]:
+    """The growth ``result`` carries when its GEMM may spend budget on it: one without a
+    run-time-weight form (`has_run_time_weight_form`)."""
+    if result is None or result.growth is None:
         return None
-    role = str(getattr(result, "role", ""))
-    return (
-        None if has_run_time_weight_form(gemm, op_name=_op_name(gemm.target), role=role) else growth
-    )
+    gemm = result.gemm
+    if has_run_time_weight_form(gemm, op_name=gemm_op_name(gemm.target), role=result.role):
+        return None
+    return result.growth
 
 
-def _ledger(
-    ep: ExportedProgram,
-    options: FoldOptions,
-    stored_elsewhere: frozenset[str],
-    find: Callable[..., object],
-) -> Ledger:
-    """Every growing fold of ``ep``'s GEMMs that may spend budget, in program order,
-    measured with ``find`` (`find_weight_computation` without the budget), admitted."""
-
-    def growths() -> Iterable[Growth]:
-        for gemm in ep.graph.nodes:
-            positions = GEMM_ARGS.get(gemm.target) if gemm.op == "call_function" else None
-            for index in positions or ():
-                result = find(
-                    gemm,
-                    index,
-                    ep,
-                    arg_positions=positions,
-                    options=options,
-                    stored_elsewhere=stored_elsewhere,
-                    _budgeted=False,
-                )
-                growth = _growth_of(result)
-                if growth is not None:
-                    yield growth
-
-    return admit(growths(), options.growth_budget, program_bytes(ep))
-
-
-def beyond_budget(
-    rejection: Rejection,
-    ep: ExportedProgram,
-    options: FoldOptions,
-    stored_elsewhere: frozenset[str],
-    ledgers: dict[object, Ledger],
-    find: Callable[..., object],
-) -> Optional[Rejection]:
-    """The size rules' ``rejection``, judged by the growth budget.
+def restated_beyond_budget(rejection: Rejection, ledger: Ledger) -> Optional[Rejection]:
+    """The size rules' ``rejection``, judged by the growth budget's ``ledger``.
 
     Unchanged unless it is a fold that grows the program (XNF508) of a GEMM without a
-    run-time-weight form. Then None when the method's `Ledger` (built once, with
-    ``find``, and kept in ``ledgers``) admits its group: the fold goes ahead. Otherwise
-    the rejection restated as XNF516, naming the bytes, the budget and the option.
+    run-time-weight form. Then None when the ledger admits its group: the fold goes
+    ahead. Otherwise the rejection restated as XNF516, naming the bytes, the budget and
+    the option.
     """
-    growth = _growth_of(rejection)
+    growth = growth_of(rejection)
     if growth is None:
         return rejection
-    key = (options, stored_elsewhere)
-    if key not in ledgers:
-        ledgers[key] = _ledger(ep, options, stored_elsewhere, find)
-    book = ledgers[key]
-    why = book.verdict(growth)
+    why = ledger.verdict(growth)
     if why is None:
         return None
     reason = (
         f"folding would grow the program by {growth.added} bytes (the folded "
         f"{rejection.role} and the folds sharing its sources take {growth.folded} bytes and "
         f"free {growth.freed}), beyond the growth budget: {why}; raise "
-        f"XnnpackFoldingPartitioner(growth_budget=...) (now {budget_text(book.budget)}) "
+        f"XnnpackFoldingPartitioner(growth_budget=...) (now {budget_text(ledger.budget)}) "
         "to fold it"
     )
     return dataclasses.replace(rejection, code=BEYOND_BUDGET, reason=reason)
 
 
-def note_growth(gemm: Node, arg_index: int, result: object) -> None:
-    """Record on ``gemm``, for `explain`, what folding argument ``arg_index`` adds to the
-    program: {argument index: (bytes, group)} for a fold that grows it within the budget
-    (``result`` a computation) or one the budget declined (XNF516)."""
-    growth = getattr(result, "growth", None)
-    code = getattr(result, "code", None)
-    if isinstance(growth, Growth) and (code is None or code is BEYOND_BUDGET):
-        # A new dict: fx copies meta shallowly, so the old one may be shared.
-        noted = dict(gemm.meta.get(GROWTH_META_KEY) or {})
-        noted[arg_index] = (growth.added, growth.group)
-        gemm.meta[GROWTH_META_KEY] = noted
+def noted_growth(result: Union[WeightComputation, Rejection, None]) -> Optional[tuple[int, str]]:
+    """What `explain` shows for a fold that grows the program: (bytes added, group) for
+    a fold admitted within the budget (``result`` a computation) or one the budget
+    declined (XNF516); None otherwise."""
+    if result is None or result.growth is None:
+        return None
+    if isinstance(result, Rejection) and result.code is not BEYOND_BUDGET:
+        return None
+    return (result.growth.added, result.growth.group)

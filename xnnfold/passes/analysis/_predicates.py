@@ -9,18 +9,26 @@ it, so "delegated" and "folded" can never disagree.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Optional, Union
 
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold.passes._codes import EXTERNAL_DATA, RUN_TIME, TOO_MANY_NODES
+from xnnfold.passes._ops import GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import post_order
 from xnnfold.passes.analysis._constants import constant_map, op_problem, weight_only_of
-from xnnfold.passes.analysis._growth import beyond_budget
+from xnnfold.passes.analysis._growth import (
+    admit,
+    growth_of,
+    Ledger,
+    program_bytes,
+    restated_beyond_budget,
+)
 from xnnfold.passes.analysis._nodes import arg_role, external_tag, site_of
-from xnnfold.passes.analysis._results import Argument, Rejection, WeightComputation
+from xnnfold.passes.analysis._results import Argument, Growth, Rejection, WeightComputation
 from xnnfold.passes.analysis._scope import ConstantMap, in_a_scope
 from xnnfold.passes.analysis._sharing import other_readers_rule, shared_nodes, SharingQuery
 from xnnfold.passes.analysis._size import size_rule
@@ -107,9 +115,10 @@ def find_weight_computation(
             arg=arg, query=query, closure=closure, members=members, site=site
         ) or size_rule(arg=arg, query=query, closure=closure, nodes=nodes, site=site)
         growth = rejection.growth if rejection is not None else None
-        if rejection is not None and _budgeted:
-            rejection = beyond_budget(
-                rejection, ep, options, stored_elsewhere, cmap.ledgers, find_weight_computation
+        if rejection is not None and _budgeted and growth_of(rejection) is not None:
+            # The ledger is built only once a fold the budget may admit is asked about.
+            rejection = restated_beyond_budget(
+                rejection, _ledger(ep, options, stored_elsewhere, cmap.ledgers)
             )
         if rejection is not None:
             return rejection
@@ -183,3 +192,42 @@ def _external_data_rule(
                 keep_stock=True,
             )
     return None
+
+
+def _ledger(
+    ep: ExportedProgram,
+    options: FoldOptions,
+    stored_elsewhere: frozenset[str],
+    ledgers: dict[object, Ledger],
+) -> Ledger:
+    """The growth budget's verdicts on ``ep``: every growing fold of its GEMMs that may
+    spend budget, in program order, measured by the predicate without the budget and
+    admitted (`admit`). Built once per options and facts, kept in ``ledgers`` (the
+    method's constant map), so every GEMM asked about reads the same verdicts."""
+    key = (options, stored_elsewhere)
+    ledger = ledgers.get(key)
+    if ledger is not None:
+        return ledger
+
+    def growths() -> Iterator[Growth]:
+        for gemm in ep.graph.nodes:
+            positions = GEMM_ARGS.get(gemm.target) if gemm.op == "call_function" else None
+            if positions is None:
+                continue
+            for index in positions:
+                growth = growth_of(
+                    find_weight_computation(
+                        gemm,
+                        index,
+                        ep,
+                        arg_positions=positions,
+                        options=options,
+                        stored_elsewhere=stored_elsewhere,
+                        _budgeted=False,
+                    )
+                )
+                if growth is not None:
+                    yield growth
+
+    ledger = ledgers[key] = admit(growths(), options.growth_budget, program_bytes(ep))
+    return ledger

@@ -8,9 +8,27 @@ from typing import Optional
 from torch.fx import Node
 
 from xnnfold.passes._codes import ReasonCode
-from xnnfold.passes.analysis._growth import Growth
 
-__all__ = ["Argument", "Rejection", "WeightComputation"]
+__all__ = ["Argument", "Growth", "Rejection", "WeightComputation"]
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What folding one group of weight computations (those sharing sources) adds.
+
+    Attributes:
+        group: the name of the group's first folded value in program order.
+        folded: bytes of the distinct folded tensors.
+        freed: bytes of the sources the folds free.
+    """
+
+    group: str
+    folded: int
+    freed: int
+
+    @property
+    def added(self) -> int:
+        return self.folded - self.freed
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ delegate. Afterwards the delegate looks exactly as if the weight had been a para
 the source parameters (`original0/1`, `weight_g/weight_v`, `weight_orig`) are gone from it.
 
 Only GEMMs that the folding partitioner marked (`FOLD_META_KEY`) are considered, and each is
-re-checked here with the same predicate the partitioner used; a program with no marks is
-left untouched, so a second run reports ``modified=False``.
+re-checked here by the same decision ladder the partitioner used (`decide`, at
+`Stage.DELEGATE`); a program with no marks is left untouched, so a second run reports
+``modified=False``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
 from xnnfold._meta import (
+    FOLD_MARK_KEYS,
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
@@ -32,17 +34,16 @@ from xnnfold._meta import (
     VAL_META_KEY,
 )
 from xnnfold._upstream import exir_ops, set_graph_signature, XNNPACKPass
-from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     analysis_scope,
     computation_key,
     constant_fqns,
-    find_weight_computation,
+    decide,
     is_matrix_transpose,
     new_analysis_cache,
-    Rejection,
+    Stage,
     WeightComputation,
 )
 
@@ -54,12 +55,9 @@ _MATMULS = frozenset({exir_ops.edge.aten.addmm.default, exir_ops.edge.aten.mm.de
 _SCALE_KWARGS = frozenset({"beta", "alpha"})
 
 
-_MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY)
-
-
 def has_fold_marks(ep: ExportedProgram) -> bool:
     """True when some GEMM of ``ep`` was marked for folding by the partitioner."""
-    return any(key in node.meta for node in ep.graph.nodes for key in _MARK_KEYS)
+    return any(key in node.meta for node in ep.graph.nodes for key in FOLD_MARK_KEYS)
 
 
 # torch's is_param/get_param and executorch's delete_constant_placeholder rebuild the
@@ -247,47 +245,32 @@ class FoldComputedWeightsPass(XNNPACKPass):
             for index in marks:
                 if index not in positions:
                     continue
-                result = find_weight_computation(
-                    node, index, ep, arg_positions=positions, options=options or self.options
+                verdict = decide(
+                    node,
+                    index,
+                    ep,
+                    arg_positions=positions,
+                    options=options or self.options,
+                    stage=Stage.DELEGATE,
                 )
-                if (
-                    isinstance(result, Rejection)
-                    and options is not None
-                    and result.computed_from_constants
-                    and not result.keep_stock
-                ):
-                    # The sharing rules only keep the program small, and the partitioner
-                    # applied them to the whole method (and may fold regardless, when the
-                    # computation holds ops with no portable kernel). Here a reader it
-                    # counted can look different: a weight computed at run time in this
-                    # delegate reads a lifted scalar as a delegate input. Folding is
-                    # correct when only sources are shared (they stay for that reader);
-                    # a shared intermediate would stay too, computed by ops no XNNPACK
-                    # config checked, so that still fails below. The growth budget is
-                    # the partitioner's on the whole method (this delegate holds a part
-                    # of its parameters); a computation it declines here passed every
-                    # sharing rule, so its shared intermediates only feed folds too.
-                    alone = find_weight_computation(
-                        node, index, ep, arg_positions=positions, options=options, sharing=False
-                    )
-                    if isinstance(alone, WeightComputation) and (
-                        not alone.shared or result.code is BEYOND_BUDGET
-                    ):
-                        result = alone
-                if isinstance(result, Rejection) and options is not None:
+                if verdict is None:
+                    continue
+                if verdict.computation is None and options is not None:
                     # The partitioner accepted this computation into the delegate; left
                     # unfolded, its ops would reach the XNNPACK serializer as if they
                     # were part of the model. Never emit that.
+                    rejection = verdict.rejection
+                    assert rejection is not None  # a verdict other than a fold has one
                     raise RuntimeError(
-                        f"xnnfold: the partitioner marked the {result.role} of "
+                        f"xnnfold: the partitioner marked the {rejection.role} of "
                         f"'{node.name}' for folding, but the fold pass declines it: "
-                        f"{result.reason} [{result.code.code}]. Lower this model with "
+                        f"{rejection.reason} [{rejection.code.code}]. Lower this model with "
                         "XnnpackFoldingPartitioner(fold=False) and report the model."
                     )
-                if isinstance(result, WeightComputation):
-                    result = _without_final_transpose(result)
-                    if result is not None:
-                        found.append(result)
+                if verdict.computation is not None:
+                    computation = _without_final_transpose(verdict.computation)
+                    if computation is not None:
+                        found.append(computation)
         return _outermost_first(found)
 
     def _fold_one(

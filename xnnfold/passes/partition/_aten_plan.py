@@ -5,7 +5,11 @@ partitions the edge program. A kept op must then land in a delegate (an undelega
 `_weight_norm` has no portable kernel), so the ops of a weight computation are kept only
 for a GEMM the edge configs will take with every argument; and a GEMM that will not fold
 keeps its computed arguments' sources, which another GEMM's fold must not then drop.
-`aten_plan` answers both on the ATen program, with the same rules the edge configs apply.
+`aten_plan` answers both on the ATen program: whether an argument folds is the decision
+ladder's verdict (`decide`, at `Stage.ATEN`), as on the edge program; whether the edge
+configs will take the GEMM at all is predicted here, from the ATen forms of XNNPACK's
+dtype, rank and shape checks and the argument rules (`aten_gemm_delegable`,
+`argument_problem`), since on the edge program executorch's own configs decide that.
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BL
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     addmm_problem,
+    decide,
     deconvolution_problem,
-    find_weight_computation,
     is_constant_node,
     is_constant_source,
     is_float32,
     op_overload,
+    ProgramFacts,
     shared_kernel_problem,
+    Stage,
     WeightComputation,
 )
 from xnnfold.passes.partition._configs import (
@@ -40,7 +46,6 @@ from xnnfold.passes.partition._configs import (
     FoldingConvolutionConfig,
     FoldingLinearConfig,
     FoldingMMConfig,
-    written_elsewhere,
 )
 from xnnfold.passes.partition._decompositions import decomposed_ops
 
@@ -207,12 +212,11 @@ def aten_plan(
     *,
     force_non_static_weights: bool,
     configs: frozenset[str],
-    written_buffers: frozenset[str] = frozenset(),
-    stored_elsewhere: frozenset[str] = frozenset(),
+    facts: ProgramFacts,
     cache: Optional[PlanCache] = None,
 ) -> AtenPlan:
     """The nodes of foldable weight computations whose op the decompositions would
-    change (none of a computation that reads a buffer in ``written_buffers``), and the
+    change (the decision ladder folds them, with the other methods' ``facts``), and the
     GEMMs the edge configs will not fold. With ``force_non_static_weights`` no
     fully-connected weight or bias folds (the stock configs take them at run time then).
     ``configs`` names the folding configs the partitioner has (``target_name``): a GEMM
@@ -225,12 +229,12 @@ def aten_plan(
         options,
         force_non_static_weights,
         configs,
-        written_buffers,
-        stored_elsewhere,
+        facts,
     )
     cached = cache.get(graph) if cache is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
+    written_buffers = facts.written_buffers
     preserved: dict[str, OpOverload] = {}
     not_folding: set[str] = set()
     run_time: Optional[set[Node]] = None
@@ -250,18 +254,16 @@ def aten_plan(
             continue
         results: dict[int, Optional[WeightComputation]] = {}
         for index in positions:
-            result = find_weight_computation(
+            verdict = decide(
                 node,
                 index,
                 ep,
                 arg_positions=positions,
                 options=options,
-                stored_elsewhere=stored_elsewhere,
+                stage=Stage.ATEN,
+                facts=facts,
             )
-            ok = isinstance(result, WeightComputation) and not written_elsewhere(
-                result, ep, set(written_buffers)
-            )
-            results[index] = result if ok else None  # type: ignore[assignment]
+            results[index] = verdict.computation if verdict is not None else None
 
         def constant_or_foldable(index: int) -> bool:
             # Called only within this iteration, so the loop variables are the right ones.

@@ -3,16 +3,23 @@
 The stock configs (executorch/backends/xnnpack/partition/config/gemm_configs.py) decline a
 convolution, linear, addmm or mm whose fp32 weight or bias is not a parameter. These
 subclasses change exactly one thing: when the stock check declines such an argument and
-`find_weight_computation` says it is a foldable computation of constants, the computation
-joins the GEMM's partition, and the GEMM is marked (`FOLD_META_KEY`) so the fold pass turns
-it into a constant at preprocess. Everything else is the stock config's decision.
+the decision ladder (`decide`) folds it, the computation joins the GEMM's partition, and
+the config reports the fold (`Findings.folds`), which the partitioner writes onto the GEMM
+(`FOLD_META_KEY`) after the final matching round for the fold pass to read at preprocess.
+Everything else is the stock config's decision.
+
+A config is built with what the ladder reads (the fold options, the program's
+`ProgramFacts`, the round's `RoundDecisions`) and never written afterwards. executorch's
+matching asks it for booleans and node lists; `FoldingGEMMMixin.match` asks the same and
+returns what the config found with the partition (`_findings`).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
-import weakref
-from typing import AbstractSet, Any, cast, Optional, Sequence, TypeVar, Union
+from dataclasses import dataclass
+from typing import Any, cast, Optional, Sequence, TypeVar
 
 from executorch.backends.xnnpack.partition.config.gemm_configs import (
     AddmmConfig,
@@ -27,37 +34,34 @@ from executorch.backends.xnnpack.partition.config.xnnpack_config import (
 )
 from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
-from torch.fx import Graph, Node
+from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
-from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY, FOLD_SCALES_META_KEY
-from xnnfold.passes._codes import BEYOND_BUDGET, Problem, WRITTEN_BUFFER, WRITTEN_ELSEWHERE
+from xnnfold.passes._codes import Problem, WRITTEN_BUFFER
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     addmm_problem,
     addmm_scales,
+    decide,
+    Decision,
     deconvolution_problem,
-    find_weight_computation,
+    FIRST_ROUND,
     is_constant_source,
-    is_float32,
-    is_preserved,
-    note_growth,
+    NO_FACTS,
+    noted_growth,
     permuted_weight_problem,
-    Rejection,
+    ProgramFacts,
+    RoundDecisions,
     shared_kernel_problem,
+    Stage,
+    Verdict,
     WeightComputation,
 )
-from xnnfold.passes.partition._context import (
-    DEFAULT_CONTEXT,
-    FoldContext,
-    report_accepted,
-    report_argument_problem,
-    report_rejection,
-    report_shared_fold,
-)
+from xnnfold.passes.partition._findings import Findings, FindingsRecord
 
 __all__ = [
     "check_replacements",
+    "ConfigMatch",
     "FoldingAddmmConfig",
     "FoldingConvolutionConfig",
     "FoldingGEMMMixin",
@@ -65,7 +69,6 @@ __all__ = [
     "FoldingMMConfig",
     "FOLDING_GEMM_CONFIGS",
     "STOCK_SCRATCH_ATTRIBUTES",
-    "written_elsewhere",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,72 +81,69 @@ _Config = TypeVar("_Config", bound="FoldingGEMMMixin")
 # attribute a config's own stock code writes after construction.
 STOCK_SCRATCH_ATTRIBUTES = frozenset({"src_partitions"})
 
-# GEMM arguments (by graph) already warned about as stored twice: `computation` runs many
-# times per lowering, over configs rebuilt for every round. Held weakly: nothing outlives
-# its graph.
-_WARNED_STORED_TWICE: weakref.WeakKeyDictionary[Graph, set[tuple[str, int]]] = (
-    weakref.WeakKeyDictionary()
-)
+# The attribute through which a copy of a config made by `FoldingGEMMMixin.match` reports
+# to that call's record (absent on every config a partitioner builds).
+_RECORD_ATTRIBUTE = "_match_record"
+
+_DEFAULT_OPTIONS = FoldOptions()
 
 
-def written_elsewhere(
-    result: Union[WeightComputation, Rejection, None],
-    ep: ExportedProgram,
-    written_buffers: Optional[AbstractSet[str]],
-) -> Optional[Rejection]:
-    """A rejection when a foldable computation reads a buffer another method writes.
+@dataclass(frozen=True)
+class ConfigMatch:
+    """What a folding config answers for one GEMM: its partition (None when the config
+    declines it) and what it found on the way."""
 
-    The predicate sees one method's program, where a buffer that only another method of
-    the same program writes (``set_gain`` updating the gain ``forward`` reads, with
-    ``share_mutable_buffers=True``) looks like a constant. Folding it would freeze the
-    value ``forward`` read at export time, so such a computation stays in the program.
-    """
-    if not isinstance(result, WeightComputation) or not written_buffers:
-        return None
-    for source in result.sources:
-        fqn = ep.graph_signature.inputs_to_buffers.get(source.name)
-        if fqn is not None and fqn in written_buffers:
-            return Rejection(
-                result.gemm,
-                result.arg_index,
-                result.role,
-                f"buffer '{source.name}' ({fqn}) of the {result.role} computation is "
-                "written by another method of the program",
-                True,
-                result.site,
-                WRITTEN_ELSEWHERE,
-                keep_stock=True,
-            )
-    return None
+    partition: Optional[list[Node]]
+    findings: Findings
 
 
 class FoldingGEMMMixin:
     """Accepts a GEMM whose fp32 weight or bias is a foldable computation of constants.
 
-    Built with one immutable `FoldContext` (``context``) and never written afterwards
-    (`build` seals it: setting an attribute then raises). What it finds is reported to
-    the enclosing `collected` call (`_context`), not kept on the config.
+    Built once with what the decision ladder reads (``fold``, ``fold_options``,
+    ``facts``, ``decisions``) and never written afterwards (`build` seals it: setting an
+    attribute then raises). What it finds comes back from `match` as a value.
     """
 
-    context: FoldContext = DEFAULT_CONTEXT
-    # Whether XNNPACK takes this GEMM with an fp32 weight computed at run time (the
-    # fully-connected ops do, as with force_non_static_weights_for_f32_linear).
-    dynamic_weights: bool = False
+    fold: bool = True
+    options: FoldOptions = _DEFAULT_OPTIONS
+    facts: ProgramFacts = NO_FACTS
+    decisions: RoundDecisions = FIRST_ROUND
+    # XNNPACK serializes this GEMM as a fully-connected op, which takes its weight and
+    # bias at run time under force_non_static_weights_for_f32_linear.
+    fully_connected: bool = False
 
-    def __init__(self, *, context: FoldContext = DEFAULT_CONTEXT, **options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        fold: bool = True,
+        fold_options: FoldOptions = _DEFAULT_OPTIONS,
+        facts: ProgramFacts = NO_FACTS,
+        decisions: RoundDecisions = FIRST_ROUND,
+        **options: Any,
+    ) -> None:
         super().__init__(**options)
-        self.context = context
+        self.fold = fold
+        self.options = fold_options
+        self.facts = facts
+        self.decisions = decisions
 
     @classmethod
     def build(
         cls: type[_Config],
-        context: FoldContext,
         precisions: Optional[list[ConfigPrecisionType]],
         options: dict[str, Any],
+        *,
+        fold: bool,
+        fold_options: FoldOptions,
+        facts: ProgramFacts,
+        decisions: RoundDecisions,
     ) -> _Config:
         """A sealed config: built as `XnnpackPartitioner` builds its configs (the
-        keywords, then the enabled precisions), with ``context``."""
-        config = cls(context=context, **options)
+        keywords, then the enabled precisions), with what the ladder reads."""
+        config = cls(
+            fold=fold, fold_options=fold_options, facts=facts, decisions=decisions, **options
+        )
         config.set_enabled_precision_types(precisions)  # type: ignore[attr-defined]
         config.__dict__["_sealed"] = True
         return config
@@ -152,17 +152,9 @@ class FoldingGEMMMixin:
         if self.__dict__.get("_sealed") and name not in STOCK_SCRATCH_ATTRIBUTES:
             raise AttributeError(
                 f"xnnfold: {type(self).__name__} is immutable once built; '{name}' cannot "
-                "be set on it. Build a new config with a new FoldContext instead."
+                "be set on it. Build a new config with new facts or decisions instead."
             )
         super().__setattr__(name, value)
-
-    @property
-    def fold(self) -> bool:
-        return self.context.fold
-
-    @property
-    def options(self) -> FoldOptions:
-        return self.context.options
 
     # Provided by GEMMConfig.
     weight_idx: int
@@ -170,6 +162,27 @@ class FoldingGEMMMixin:
     # Provided by XNNPartitionerConfig (set in its __init__; annotation only).
     force_non_static_weights_for_f32_linear: bool
     target_name: str
+
+    def match(self, node: Node, ep: ExportedProgram) -> ConfigMatch:
+        """executorch's two questions about ``node`` (``check_constraints``, then
+        ``get_partition``), with what this config found while answering them."""
+        record = FindingsRecord()
+        # A copy that reports to this call's record: executorch's template methods,
+        # which call back into this config, take no argument to carry it.
+        reporting = copy.copy(self)
+        reporting.__dict__[_RECORD_ATTRIBUTE] = record
+        partition = (
+            reporting.get_partition(node, ep)  # type: ignore[attr-defined]
+            if reporting.check_constraints(node, ep)
+            else None
+        )
+        return ConfigMatch(partition, record.freeze())
+
+    def _record(self) -> Optional[FindingsRecord]:
+        """The record of the `match` call this copy serves; None on a built config
+        (executorch's own questions, its decomposition filter: nothing is kept)."""
+        record = self.__dict__.get(_RECORD_ATTRIBUTE)
+        return record if isinstance(record, FindingsRecord) else None
 
     def arg_positions(self) -> tuple[int, ...]:
         return (
@@ -181,93 +194,24 @@ class FoldingGEMMMixin:
             )
         )
 
-    def computation(
-        self, node: Node, arg_index: int, ep: ExportedProgram
-    ) -> Union[WeightComputation, Rejection, None]:
-        """The shared predicate, for this GEMM's argument layout."""
-        context = self.context
-        result = self._find(node, arg_index, ep, stored_elsewhere=context.stored_elsewhere)
-        if isinstance(result, Rejection) and (
-            context.stored_elsewhere or context.non_folding - {node.name}
-        ):
-            alone = self._find(node, arg_index, ep, sizes=False)
-            written = written_elsewhere(alone, ep, context.written_buffers)
-            if written is not None:
-                # The reason that decides: its sources may be recorded as stored only
-                # because this GEMM, reading a written buffer, will not fold them.
-                return written
-            if isinstance(alone, WeightComputation) and node.name in context.fold_anyway:
-                result = alone
-            elif isinstance(alone, Rejection) and alone.code is BEYOND_BUDGET:
-                # Declined by the budget even with nothing else keeping its sources: that
-                # is the reason (its sources look kept, or the GEMMs sharing them
-                # non-folding, only because the budget declined them).
-                result = alone
-            elif isinstance(alone, WeightComputation) and self._keeps_ops(node, ep):
-                # Declined only to keep the program small: a method lowered after this
-                # one's decompositions stores a source too, or a GEMM that takes its
-                # weight at run time (or stays on portable) reads it. This GEMM's
-                # computations kept ops (`_weight_norm`, `stack`) that have no portable
-                # kernel, so it must be delegated with them folded: correct, and the
-                # shared sources are stored beside the folded value (an intermediate
-                # another reader needs becomes an output of the delegate, computed there).
-                said = _WARNED_STORED_TWICE.setdefault(ep.graph, set())
-                key = (node.name, arg_index)
-                if key not in said:
-                    said.add(key)
-                    logger.warning(
-                        "xnnfold: the %s of GEMM '%s' is folded although its sources are "
-                        "also kept for another reader (another method, or a GEMM that does "
-                        "not fold them), so the program stores both",
-                        alone.role,
-                        node.name,
-                    )
-                result = alone
-        return written_elsewhere(result, ep, context.written_buffers) or result
-
-    def _find(
-        self,
-        node: Node,
-        arg_index: int,
-        ep: ExportedProgram,
-        *,
-        stored_elsewhere: frozenset[str] = frozenset(),
-        sizes: bool = True,
-    ) -> Union[WeightComputation, Rejection, None]:
-        """The shared predicate with this config's layout, options and non-folding GEMMs
-        (the GEMM itself excepted: its own computation is the one asked about). Without
-        ``sizes``, only the rules that make a fold wrong apply, not those that keep the
-        program small (sources kept by other methods or by non-folding GEMMs)."""
-        return find_weight_computation(
+    def verdict(self, node: Node, arg_index: int, ep: ExportedProgram) -> Optional[Verdict]:
+        """The decision ladder's verdict on this GEMM's argument, with this config's
+        layout, options, facts and round."""
+        return decide(
             node,
             arg_index,
             ep,
             arg_positions=self.arg_positions(),
             options=self.options,
-            stored_elsewhere=stored_elsewhere,
-            non_folding=self.context.non_folding - {node.name} if sizes else frozenset(),
+            stage=Stage.EDGE,
+            facts=self.facts,
+            decisions=self.decisions,
         )
 
-    def declined_for_size(
-        self, node: Node, arg_index: int, ep: ExportedProgram
-    ) -> Optional[WeightComputation]:
-        """For an argument `computation` declined, the computation when only the rules
-        that keep the program small decline it (a fold would be correct), else None."""
-        if not self.fold:
-            return None
-        alone = self._find(node, arg_index, ep, sizes=False)
-        if not isinstance(alone, WeightComputation):
-            return None
-        return None if written_elsewhere(alone, ep, self.context.written_buffers) else alone
-
-    def _keeps_ops(self, node: Node, ep: ExportedProgram) -> bool:
-        """True when a computation of one of this GEMM's arguments holds an op the
-        partitioner kept undecomposed (decided before other methods were seen)."""
-        for index in self.arg_positions():
-            result = self._find(node, index, ep, sizes=False)
-            if isinstance(result, WeightComputation) and any(is_preserved(n) for n in result.nodes):
-                return True
-        return False
+    def folds(self, node: Node, arg_index: int, ep: ExportedProgram) -> Optional[WeightComputation]:
+        """The computation to fold for this argument, when the ladder folds it."""
+        verdict = self.verdict(node, arg_index, ep)
+        return verdict.computation if verdict is not None else None
 
     def _computed_deps(
         self, node: Node, arg_index: Optional[int], ep: ExportedProgram
@@ -275,32 +219,34 @@ class FoldingGEMMMixin:
         """Deps of a computed argument, or None to keep the stock decision."""
         if not self.fold or arg_index is None:
             return None
-        result = self.computation(node, arg_index, ep)
-        if result is None:
+        verdict = self.verdict(node, arg_index, ep)
+        if verdict is None:
             return None
-        note_growth(node, arg_index, result)
-        if isinstance(result, WeightComputation) and result.shared:
-            # The partitioner checks these GEMMs' common partition for cycles.
-            report_shared_fold(node)
-        if isinstance(result, Rejection):
-            why(node, result.reason)
-            report_rejection(node, arg_index, result)
-            if (
-                self.dynamic_weights
-                and not self.scales(node)
-                and result.computed_from_constants
-                and not result.keep_stock
-                and arg_index == self.weight_idx
-                and is_float32(node.args[arg_index])
-            ):
-                # Not folded (that would store a second copy, or more), but XNNPACK's
-                # fully-connected op takes an fp32 weight computed at run time: the GEMM
-                # is delegated and its weight computation stays in the program. (Only
-                # fp32: a bf16 one is accepted here and then fails to load.)
-                return (True, [])
-            return (False, [])
-        report_accepted(node, arg_index)
-        return (True, [*result.nodes, *result.sources])
+        record = self._record()
+        result = verdict.computation or verdict.rejection
+        growth = noted_growth(result)
+        if record is not None and growth is not None:
+            record.grew(node, arg_index, growth)
+        if verdict.computation is not None:
+            if record is not None:
+                record.accepted(node, arg_index)
+                if verdict.computation.shared:
+                    # The partitioner checks these GEMMs' common partition for cycles.
+                    record.shared_folds.add(node.name)
+                if verdict.stored_twice:
+                    record.stored_twice.add((node.name, arg_index, verdict.computation.role))
+            return (True, [*verdict.computation.nodes, *verdict.computation.sources])
+        rejection = verdict.rejection
+        assert rejection is not None  # a verdict other than a fold carries its rejection
+        why(node, rejection.reason)
+        if record is not None:
+            record.rejected(node, arg_index, rejection, verdict.correct_alone)
+        if verdict.decision is Decision.RUN_TIME:
+            # Not folded (that would store a second copy, or more), but XNNPACK's
+            # fully-connected op takes an fp32 weight computed at run time: the GEMM is
+            # delegated and its weight computation stays in the program.
+            return (True, [])
+        return (False, [])
 
     def _get_weight_deps(
         self, node: Node, ep: ExportedProgram, precision: ConfigPrecisionType
@@ -336,7 +282,7 @@ class FoldingGEMMMixin:
     def constant_source(self, node: Node, ep: ExportedProgram) -> bool:
         """True when placeholder ``node`` holds a value fixed at export: a parameter, a
         constant, or a buffer no method writes."""
-        return is_constant_source(ep, node, self.context.written_buffers)
+        return is_constant_source(ep, node, self.facts.written_buffers)
 
     def _written_static_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         """A weight or bias XNNPACK would store is a buffer the program writes: the
@@ -344,7 +290,7 @@ class FoldingGEMMMixin:
         stock configs take any buffer as static)."""
         # With force_non_static_weights_for_f32_linear a fully-connected GEMM takes both
         # at run time; a convolution stores both whatever the flag.
-        run_time = self.force_non_static_weights_for_f32_linear and self.dynamic_weights
+        run_time = self.force_non_static_weights_for_f32_linear and self.fully_connected
         positions = [] if run_time else [self.bias_idx, self.weight_idx]
         for index in positions:
             arg = node.args[index] if index is not None and index < len(node.args) else None
@@ -365,7 +311,9 @@ class FoldingGEMMMixin:
         problem = self._written_static_problem(node, ep) or self._argument_problem(node, ep)
         if problem is not None:
             why(node, problem)
-            report_argument_problem(node, problem)
+            record = self._record()
+            if record is not None:
+                record.argument_problems[node.name] = problem
             return False
         return super().check_constraints(node, ep)  # type: ignore[misc]
 
@@ -380,25 +328,25 @@ class FoldingGEMMMixin:
         members = set(partition)
         folded: dict[int, Optional[str]] = {}
         for index in self.arg_positions():
-            result = self.computation(node, index, ep)
-            if isinstance(result, WeightComputation) and result.root in members:
-                folded[index] = result.site
+            computation = self.folds(node, index, ep)
+            if computation is not None and computation.root in members:
+                folded[index] = computation.site
         return folded
 
     def get_node_and_deps(self, node: Node, ep: ExportedProgram) -> list[Node]:
         partition = super().get_node_and_deps(node, ep)  # type: ignore[misc]
-        # Marked only here, on the accept path: check_constraints also runs for GEMMs
-        # that end up declined, and a mark must mean "this GEMM's partition folds".
+        # Reported only here, on the accept path: check_constraints also runs for GEMMs
+        # that end up declined, and a fold must mean "this GEMM's partition folds".
         # Quantized GEMMs too: their weight is a dequantize (never foldable), so only a
-        # computed fp32 bias can be marked there.
-        folded = self.folded_args(node, ep, partition)
-        scales = self.scales(node)
-        if folded:
-            node.meta[FOLD_META_KEY] = folded
-        if scales:
-            node.meta[FOLD_SCALES_META_KEY] = scales
-        if folded or scales:
-            node.meta[FOLD_OPTIONS_META_KEY] = self.options
+        # computed fp32 bias can fold there.
+        record = self._record()
+        if record is not None:
+            folded = self.folded_args(node, ep, partition)
+            scales = self.scales(node)
+            if folded:
+                record.folds[node.name] = folded
+            if scales:
+                record.scales[node.name] = scales
         return partition
 
 
@@ -434,7 +382,7 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
 class FoldingLinearConfig(FoldingGEMMMixin, LinearConfig):
     """`LinearConfig` that folds computed weights and biases."""
 
-    dynamic_weights = True
+    fully_connected = True
 
 
 class _SkipSourcePartitionMixin(FoldingGEMMMixin):
@@ -443,7 +391,7 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
         folded = (
             self.fold
             and not self.force_non_static_weights_for_f32_linear
-            and isinstance(self.computation(node, self.weight_idx, ep), WeightComputation)
+            and self.folds(node, self.weight_idx, ep) is not None
         )
         return permuted_weight_problem(node, self.weight_idx, folded=folded)
 
@@ -452,9 +400,9 @@ class _SkipSourcePartitionMixin(FoldingGEMMMixin):
 
     def _foldable(self, node: Node, ep: ExportedProgram) -> list[WeightComputation]:
         return [
-            result
+            computation
             for index in self.arg_positions()
-            if isinstance(result := self.computation(node, index, ep), WeightComputation)
+            if (computation := self.folds(node, index, ep)) is not None
         ]
 
     def _within_linear(self, node: Node, ep: ExportedProgram) -> bool:
@@ -514,7 +462,7 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
     foldable computations of constants; anything else stays on portable, with a reason.
     """
 
-    dynamic_weights = True
+    fully_connected = True
 
     def scales(self, node: Node) -> dict[int, float]:
         return addmm_scales(node)
@@ -524,7 +472,7 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
             arg = node.args[index]
             if isinstance(arg, Node) and arg.op == "placeholder":
                 return self.constant_source(arg, ep)
-            return isinstance(self.computation(node, index, ep), WeightComputation)
+            return self.folds(node, index, ep) is not None
 
         return addmm_problem(
             node,
@@ -537,7 +485,7 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
 class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):
     """`MMConfig` that folds a computed right-hand matrix (`x @ W.t()`)."""
 
-    dynamic_weights = True
+    fully_connected = True
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         return self._permuted_weight_problem(node, ep)

@@ -1,21 +1,72 @@
-"""Cycle-free grouping of the nodes that must share a delegate.
+"""From matched groups to tagged partitions.
 
 A computed weight shared by several GEMMs (a packed qkv weight) puts all of them, and the
 computation, in one delegate. executorch's grouping checks merges node by node and can
-miss a cycle through such a group; these helpers merge whole groups and check the
+miss a cycle through such a group; `acyclic_grouping` merges whole groups and checks the
 contracted graph instead, without recursion (a weight computed in a thousand steps).
+`per_op_partitions` and `tag_partitions` are what `XnnpackPartitioner` does with its
+groups in per-op mode and when it tags them, taking the groups as an argument.
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Iterable, Sequence
 
+from executorch.exir.backend.partitioner import DelegationSpec, PartitionResult
+from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
 
+from xnnfold._meta import DELEGATION_TAG_META_KEY
 from xnnfold.passes._walk import walk
 
-__all__ = ["DisjointSets", "acyclic_grouping", "contracted_acyclic"]
+__all__ = [
+    "DisjointSets",
+    "acyclic_grouping",
+    "contracted_acyclic",
+    "per_op_partitions",
+    "tag_partitions",
+]
+
+
+def per_op_partitions(groups: Sequence[Sequence[Node]]) -> list[Partition]:
+    """`XnnpackPartitioner.generate_per_op_partitions` on ``groups``: one partition per
+    matched group, in order; a group that overlaps an earlier one is an error."""
+    partitions: list[Partition] = []
+    ids = itertools.count()
+    seen: dict[Node, str] = {}
+    for group in groups:
+        members = dict.fromkeys(group, str(group))
+        overlap = members.keys() & seen.keys()
+        if overlap:
+            raise RuntimeError(
+                f"per_op mode expects no overlaps between partitions but the partition "
+                f"{members.keys()} overlaps with the following partitions:\n"
+                + "".join(f"{seen[node]}\n" for node in overlap)
+            )
+        partitions.append(Partition(id=next(ids), nodes=members.keys()))
+        seen.update(members)
+    return partitions
+
+
+def tag_partitions(
+    ep: ExportedProgram, partitions: Sequence[Partition], spec: DelegationSpec
+) -> PartitionResult:
+    """`ConfigerationBasedPartitioner.partition` after its ``generate_partitions``: each
+    node of partition ``i`` tagged ``tag<i>`` for ``spec``."""
+    tags: dict[str, DelegationSpec] = {}
+    for partition in partitions:
+        tag = f"tag{partition.id}"
+        for node in partition.nodes:
+            if DELEGATION_TAG_META_KEY in node.meta:
+                raise RuntimeError(
+                    f"xnnfold: node '{node.name}' is in partition "
+                    f"{node.meta[DELEGATION_TAG_META_KEY]} and in partition {tag}"
+                )
+            node.meta[DELEGATION_TAG_META_KEY] = tag
+            tags[tag] = spec
+    return PartitionResult(tagged_exported_program=ep, partition_tags=tags)
 
 
 def contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> bool:

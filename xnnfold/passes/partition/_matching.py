@@ -1,16 +1,17 @@
 """The folding partitioner's matching: executorch's grouping of every config's partition,
 repeated with new decisions until every fold it accepts still holds.
 
-Each round builds its configs from a `FoldContext` carrying the previous round's decisions
-(`configs_for`), runs the match, and returns the groups with what the configs found
-(`Matching`); the next round's decisions are computed from those values. Nothing is
-carried between rounds except the context.
+Each round builds its configs with the previous round's decisions (`RoundDecisions`,
+through ``configs_for``), runs the match, and returns the groups with what the configs
+found (`Matching`); the next round's decisions are computed from those values. Nothing
+is carried between rounds except the decisions, and nothing is written onto the graph:
+the partitioner writes the final round's marks (`_outcome.write_marks`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, cast, Mapping
+from typing import Callable, Mapping
 
 from executorch.exir.backend.canonical_partitioners.config_partitioner import (
     format_target_name,
@@ -19,49 +20,32 @@ from executorch.exir.backend.canonical_partitioners.config_partitioner import (
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._meta import (
-    FOLD_META_KEY,
-    FOLD_OPTIONS_META_KEY,
-    FOLD_SCALES_META_KEY,
-    GROWTH_META_KEY,
-)
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
-from xnnfold.passes.analysis import constant_fqns, value_bytes
+from xnnfold.passes.analysis import constant_fqns, RoundDecisions, value_bytes
 from xnnfold.passes.partition._aten_plan import constant_computation
 from xnnfold.passes.partition._configs import FoldingGEMMMixin
-from xnnfold.passes.partition._context import collected, Findings, FoldContext
+from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
 from xnnfold.passes.partition._grouping import DisjointSets
 
 __all__ = ["Matching", "match_once", "matched_to_fixed_point"]
-
-# What the configs write onto a GEMM they accept (cleared before each matching).
-_MARK_KEYS = (FOLD_META_KEY, FOLD_SCALES_META_KEY, FOLD_OPTIONS_META_KEY, GROWTH_META_KEY)
 
 Configs = Mapping[str, PartitionerConfig]
 
 
 @dataclass(frozen=True)
 class Matching:
-    """One round's groups (executorch's `get_matched_nodes_from_configs` result), what
-    its configs found, and the configs themselves (asked again about what they found)."""
+    """One round's groups (executorch's `get_matched_nodes_from_configs` result) and what
+    its configs found."""
 
     groups: list[list[Node]]
     findings: Findings
-    configs: Configs
 
 
 def match_once(configs: Configs, ep: ExportedProgram) -> Matching:
     """executorch's `ConfigerationBasedPartitioner.get_matched_nodes_from_configs`
-    with ``configs``, after clearing the marks a previous round left on the graph."""
-    for node in ep.graph.nodes:
-        for key in _MARK_KEYS:
-            node.meta.pop(key, None)
-    groups, findings = collected(lambda: _groups(configs, ep))
-    return Matching(groups, findings, configs)
-
-
-def _groups(configs: Configs, ep: ExportedProgram) -> list[list[Node]]:
+    with ``configs``, returning what the folding configs found with the groups."""
     sets = DisjointSets()
+    findings = NO_FINDINGS
     # executorch's is_constant_data rebuilds the signature's maps on every call: asked
     # once per partition member, it made lowering quadratic in the program's inputs.
     constant_data = constant_fqns(ep)
@@ -69,24 +53,34 @@ def _groups(configs: Configs, ep: ExportedProgram) -> list[list[Node]]:
         if node.op != "call_function":
             continue
         config = configs.get(format_target_name(node.target.__name__))
-        if config is None or not config.check_constraints(node, ep):
+        if config is None:
+            continue
+        if isinstance(config, FoldingGEMMMixin):
+            match = config.match(node, ep)
+            findings = findings.merged(match.findings)
+            candidate = match.partition
+        else:
+            candidate = (
+                config.get_partition(node, ep) if config.check_constraints(node, ep) else None
+            )
+        if candidate is None:
             continue
         partition = [
             # The partitioner copies constant data into every partition that reads
             # it, so a constant another partition already holds need not join.
             n
-            for n in config.get_partition(node, ep)
+            for n in candidate
             if not (n in sets.parent and n.name in constant_data)
         ]
         if partition:
             sets.find(partition[0])
             for other in partition[1:]:
                 sets.union(partition[0], other)
-    return sets.groups()
+    return Matching(sets.groups(), findings)
 
 
 def matched_to_fixed_point(
-    ep: ExportedProgram, context: FoldContext, configs_for: Callable[[FoldContext], Configs]
+    ep: ExportedProgram, configs_for: Callable[[RoundDecisions], Configs]
 ) -> Matching:
     """`match_once`, repeated until every fold it accepts still holds.
 
@@ -94,22 +88,23 @@ def matched_to_fixed_point(
     When that GEMM is then declined (an argument XNNPACK cannot compute, a stock rule) or
     takes its weight at run time, its computation keeps the shared source alive; the GEMMs
     that were accepted on that assumption are matched again with those GEMMs named as
-    readers that keep what they read (`FoldContext.non_folding`).
+    readers that keep what they read (`RoundDecisions.non_folding`).
 
     A GEMM declined only to keep the program small can still cost bytes: when another
     partition holds its sources (a GEMM that must fold them) and a delegate reads them
     unfolded (its run-time weight computation, pulled in by the stock configs),
     executorch gives that delegate its own copy of each. Such GEMMs are matched again,
-    folding (`FoldContext.fold_anyway`, `copied_sources_gemms`). Both sets only grow, so
-    this ends; without shared sources it is one round.
+    folding (`RoundDecisions.fold_anyway`, `copied_sources_gemms`). Both sets only grow,
+    so this ends; without shared sources it is one round.
     """
+    decisions = RoundDecisions()
     while True:
-        matching = match_once(configs_for(context), ep)
-        non_folding = context.non_folding | unfolded_constant_gemms(ep, matching.groups)
-        fold_anyway = context.fold_anyway | copied_sources_gemms(ep, matching)
-        if non_folding == context.non_folding and fold_anyway == context.fold_anyway:
+        matching = match_once(configs_for(decisions), ep)
+        non_folding = decisions.non_folding | unfolded_constant_gemms(ep, matching)
+        fold_anyway = decisions.fold_anyway | copied_sources_gemms(ep, matching)
+        if non_folding == decisions.non_folding and fold_anyway == decisions.fold_anyway:
             return matching
-        context = context.deciding(non_folding=non_folding, fold_anyway=fold_anyway)
+        decisions = RoundDecisions(non_folding=non_folding, fold_anyway=fold_anyway)
 
 
 def _copy_freed(source: Node, members: set[Node], group_of: dict[Node, int]) -> bool:
@@ -132,19 +127,12 @@ def copied_sources_gemms(ep: ExportedProgram, matching: Matching) -> frozenset[s
     executorch would make."""
     group_of = {node: index for index, group in enumerate(matching.groups) for node in group}
     found: set[str] = set()
-    # The match recorded every declined computation of constants.
+    # The match recorded every declined computation of constants, and for those declined
+    # only to keep the program small, the computation.
     for (node, index), rejection in matching.findings.rejections.items():
-        # A rejection's node is a GEMM, a call_function: its target is callable.
-        config = matching.configs.get(
-            format_target_name(cast(Callable[..., object], node.target).__name__)
-        )
-        if (
-            node.name in found
-            or not rejection.computed_from_constants
-            or not isinstance(config, FoldingGEMMMixin)
-        ):
+        if node.name in found or not rejection.computed_from_constants:
             continue
-        computation = config.declined_for_size(node, index, ep)
+        computation = matching.findings.correct_alone.get((node, index))
         # Intermediates another reader needs would stay in the delegate, computed by ops
         # no XNNPACK config checked: only computations that share sources alone.
         if computation is None or computation.shared:
@@ -169,15 +157,15 @@ def copied_sources_gemms(ep: ExportedProgram, matching: Matching) -> frozenset[s
     return frozenset(found)
 
 
-def unfolded_constant_gemms(ep: ExportedProgram, groups: list[list[Node]]) -> frozenset[str]:
+def unfolded_constant_gemms(ep: ExportedProgram, matching: Matching) -> frozenset[str]:
     """GEMMs with an argument computed from constants that is not folded into them."""
-    members = {node for group in groups for node in group}
+    members = {node for group in matching.groups for node in group}
     found: set[str] = set()
     for node in ep.graph.nodes:
         positions = EDGE_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
         if not positions:
             continue
-        marks = node.meta.get(FOLD_META_KEY, {}) if node in members else {}
+        marks = matching.findings.folds.get(node.name, {}) if node in members else {}
         if any(index not in marks and constant_computation(ep, node, index) for index in positions):
             found.add(node.name)
     return frozenset(found)

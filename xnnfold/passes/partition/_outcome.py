@@ -1,7 +1,8 @@
 """What the partitioner writes onto a program it partitioned, from the final matching's
-values: why each GEMM left outside a delegate stays there (for `explain`, with a warning
-when its weight is computed from parameters), and the check that every op kept
-undecomposed for a fold landed in a delegate.
+values, and nothing else does: the fold marks the fold pass reads inside each delegate
+(`write_marks`), why each GEMM left outside a delegate stays there (`record_reasons`, for
+`explain`, with a warning when its weight is computed from parameters), and the check
+that every op kept undecomposed for a fold landed in a delegate.
 """
 
 from __future__ import annotations
@@ -16,6 +17,11 @@ from torch.fx import Node
 from xnnfold._meta import (
     CUSTOM_META_KEY,
     DELEGATION_TAG_META_KEY,
+    FOLD_META_KEY,
+    FOLD_OPTIONS_META_KEY,
+    FOLD_SCALES_META_KEY,
+    GROWTH_META_KEY,
+    PARTITION_MARK_KEYS,
     PRESERVED_META_KEY,
     REASON_CODE_META_KEY,
     REASON_META_KEY,
@@ -25,14 +31,45 @@ from xnnfold.passes._ops import EDGE_GEMM_ARGS, QUANTIZATION_NAMESPACES
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import walk
 from xnnfold.passes.analysis import is_gemm, op_overload, Rejection
-from xnnfold.passes.partition._context import Findings
+from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.report._reasons import module_path, reads_parameters
 
-__all__ = ["check_preserved_were_delegated", "record_reasons"]
+__all__ = ["check_preserved_were_delegated", "record_reasons", "write_marks"]
 
 # The partitioner's warnings keep the logger name users configure and filter by.
 PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 logger = logging.getLogger(PARTITIONER_LOGGER)
+
+
+def write_marks(ep: ExportedProgram, findings: Findings, options: FoldOptions) -> None:
+    """Write the final round's folds onto its GEMMs, for the fold pass and `explain`:
+    the arguments to fold and addmm's scales, with the options they were decided with,
+    and what each fold that grows the program adds. Marks a node carries from before
+    (copied metadata) are cleared first. Warns once per argument folded although its
+    sources stay in the program for another reader."""
+    for node in ep.graph.nodes:
+        for key in PARTITION_MARK_KEYS:
+            node.meta.pop(key, None)
+        folded = findings.folds.get(node.name)
+        scales = findings.scales.get(node.name)
+        growth = findings.growth.get(node.name)
+        if folded:
+            node.meta[FOLD_META_KEY] = dict(folded)
+        if scales:
+            node.meta[FOLD_SCALES_META_KEY] = dict(scales)
+        if folded or scales:
+            node.meta[FOLD_OPTIONS_META_KEY] = options
+        if growth:
+            node.meta[GROWTH_META_KEY] = dict(growth)
+    for gemm, index, role in sorted(findings.stored_twice):
+        if index in findings.folds.get(gemm, {}):
+            logger.warning(
+                "xnnfold: the %s of GEMM '%s' is folded although its sources are also kept "
+                "for another reader (another method, or a GEMM that does not fold them), so "
+                "the program stores both",
+                role,
+                gemm,
+            )
 
 
 def check_preserved_were_delegated(

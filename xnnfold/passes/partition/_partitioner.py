@@ -10,9 +10,8 @@ partitions exactly as the stock partitioner does.
 
 from __future__ import annotations
 
-import functools
 import logging
-import types
+import threading
 import weakref
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -32,12 +31,16 @@ from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner impor
     generate_grouped_partitions_from_list_of_nodes,
 )
 from executorch.exir.backend.partitioner import PartitionResult
-from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold._upstream import check_releases, EdgeOpOverload, OpOverload, supports_bf16
+from xnnfold._upstream import (
+    check_releases,
+    OpOverload,
+    supports_bf16,
+    warn_if_deprecated_to_backend,
+)
 from xnnfold._upstream import installed_version as _installed
 from xnnfold.passes._ops import (
     DEFAULT_MAX_FOLD_NODES,
@@ -45,8 +48,12 @@ from xnnfold.passes._ops import (
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import (
     analysis_scope,
+    FIRST_ROUND,
     new_analysis_cache,
+    NO_FACTS,
+    ProgramFacts,
     Rejection,
+    RoundDecisions,
     stored_constants,
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
@@ -57,26 +64,34 @@ from xnnfold.passes.partition._configs import (
     FOLDING_GEMM_CONFIGS,
     FoldingGEMMMixin,
 )
-from xnnfold.passes.partition._context import (
-    collected,
-    Findings,
-    FoldContext,
-    report_findings,
-)
 from xnnfold.passes.partition._decompositions import (
     filter_is_redundant,
     mark_preserved,
     stock_ops_to_not_decompose,
 )
-from xnnfold.passes.partition._facts import constant_facts, ConstantFact
-from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
-from xnnfold.passes.partition._matching import matched_to_fixed_point
-from xnnfold.passes.partition._outcome import check_preserved_were_delegated, record_reasons
+from xnnfold.passes.partition._facts import CrossMethodFacts, default_facts
+from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
+from xnnfold.passes.partition._grouping import (
+    acyclic_grouping,
+    contracted_acyclic,
+    per_op_partitions,
+    tag_partitions,
+)
+from xnnfold.passes.partition._matching import matched_to_fixed_point, Matching
+from xnnfold.passes.partition._outcome import (
+    check_preserved_were_delegated,
+    record_reasons,
+    write_marks,
+)
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
 )
 
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
+
+# What executorch's `ExportedProgram.dialect` says of the programs it asks about before
+# decomposition (after lowering it asks again, about "EDGE" programs).
+_ATEN_DIALECT = "ATEN"
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +135,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             is byte-identical either way. An escape hatch, slower.
         growth_budget: the bytes a convolution's fold may add to the program
             (`GrowthBudget`; `NO_GROWTH` declines every fold that grows it).
+        facts: the `CrossMethodFacts` of the lowering this partitioner serves, shared by
+            every partitioner of that lowering (one object per lowering). By default the
+            thread's own, which a lowering started after a partition replaces.
         **config_options: handed to every config class, as `XnnpackPartitioner` hands
             its keywords: ``force_non_static_weights_for_f32_linear``, ``enable_bf16``
             (executorch 1.5.0 and later), and the options of config classes given in
@@ -127,6 +145,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     The arguments and keywords of `XnnpackPartitioner` are accepted in the same order and
     with the same meaning; xnnfold's own options are keyword-only.
+
+    One instance serves one thread: it remembers, between executorch's question about
+    which ops to keep and its partition call, the constant tensors it was asked about.
+    Used from a second thread it raises; build one per thread.
 
     Example::
 
@@ -148,6 +170,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
         keep_decomposition_filter: bool = False,
         growth_budget: GrowthBudget = DEFAULT_GROWTH_BUDGET,
+        facts: Optional[CrossMethodFacts] = None,
         **config_options: Any,
     ) -> None:
         check_releases()
@@ -186,18 +209,23 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             else config_precisions
         )
         self._config_options = dict(config_options)
+        self._given_facts = facts
+        # The thread this instance serves (set on first use): its caches and the tensors
+        # below are one lowering's at a time.
+        self._thread: Optional[int] = None
         # This partitioner's ATen plans and constant maps by graph (each graph is asked
         # about many times); see `analysis_scope`.
         self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
         # The tensor behind each constant FQN this partitioner was asked about: the keys
-        # by which it reads the cross-method facts (`_facts`).
+        # by which the partition reads the cross-method facts (the edge program it
+        # partitions holds copies of the tensors).
         self._constant_tensors: dict[str, weakref.ref[torch.Tensor]] = {}
         # The last partition's findings (`rejections`), for inspection only.
-        self._findings = Findings()
+        self._findings = NO_FINDINGS
         # The configs every method executorch inherits reads: built with this
         # partitioner's options and no program's facts. Each lowering step builds its own.
-        self.target_partitioner_configs = self._configs(FoldContext(fold=fold, options=options))
+        self.target_partitioner_configs = self._configs(NO_FACTS, FIRST_ROUND)
 
     @property
     def rejections(self) -> Mapping[tuple[Node, int], Rejection]:
@@ -208,65 +236,93 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def max_fold_nodes(self) -> int:
         return self.options.max_fold_nodes
 
-    def _configs(self, context: FoldContext) -> dict[str, PartitionerConfig]:
-        """This partitioner's configs, each folding one built anew with ``context``."""
+    def _serve_this_thread(self) -> None:
+        thread = threading.get_ident()
+        if self._thread is None:
+            self._thread = thread
+        elif self._thread != thread:
+            raise RuntimeError(
+                "xnnfold: this XnnpackFoldingPartitioner was first used in another thread; "
+                "one instance keeps one lowering's state between executorch's calls, so "
+                "build one partitioner per thread"
+            )
+
+    def _configs(
+        self, facts: ProgramFacts, decisions: RoundDecisions
+    ) -> dict[str, PartitionerConfig]:
+        """This partitioner's configs, each folding one built anew with ``facts`` and
+        ``decisions``."""
         return {
-            name: type(config).build(context, self._precisions, self._config_options)
+            name: type(config).build(
+                self._precisions,
+                self._config_options,
+                fold=self.fold,
+                fold_options=self.options,
+                facts=facts,
+                decisions=decisions,
+            )
             if isinstance(config, FoldingGEMMMixin)
             else config
             for name, config in self.target_partitioner_configs.items()
         }
 
-    def _context(self) -> FoldContext:
-        """The options and the facts known now of the program being lowered: the
-        buffers some method writes and the constants some method stores (`_facts`)."""
-        written: set[str] = set()
-        stored: set[str] = set()
-        for fqn, ref in self._constant_tensors.items():
-            tensor = ref()
-            fact = constant_facts().get(tensor) if tensor is not None else None
-            if fact is None:
-                continue
-            if fact.written:
-                written.add(fqn)
-            if fact.stored:
-                stored.add(fqn)
-        return FoldContext(
-            fold=self.fold,
-            options=self.options,
-            written_buffers=frozenset(written),
-            stored_elsewhere=frozenset(stored),
-        )
+    def _lowering_facts(self, *, for_a_question: bool) -> CrossMethodFacts:
+        """The `CrossMethodFacts` of the lowering in progress."""
+        if self._given_facts is not None:
+            return self._given_facts
+        return default_facts(for_a_question=for_a_question)
+
+    def _program_facts(self, facts: CrossMethodFacts) -> ProgramFacts:
+        """What the lowering's methods do with the constants this partitioner was asked
+        about, by their FQNs."""
+        tensors = {
+            fqn: t for fqn, ref in self._constant_tensors.items() if (t := ref()) is not None
+        }
+        return facts.of(tensors)
 
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
         """executorch's grouping of every config's partition, repeated until every fold
-        it accepts still holds (`matched_to_fixed_point`)."""
-        return self._matched(ep)[0]
+        it accepts still holds (`matched_to_fixed_point`). Writes nothing."""
+        self._serve_this_thread()
+        with analysis_scope(self._analysis):
+            return self._matched(
+                ep, self._program_facts(self._lowering_facts(for_a_question=False))
+            ).groups
 
-    def _matched(self, ep: ExportedProgram) -> tuple[list[list[Node]], Findings]:
-        matching = matched_to_fixed_point(ep, self._context(), self._configs)
-        # Handed to the `collected` call around executorch's partition (see `_partition`).
-        report_findings(matching.findings)
-        return matching.groups, matching.findings
+    def _matched(self, ep: ExportedProgram, facts: ProgramFacts) -> Matching:
+        return matched_to_fixed_point(ep, lambda decisions: self._configs(facts, decisions))
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
-        """The stock partitions, unless GEMMs that share a weight computation (a packed
+        """The partitions `partition` tags, with the fold marks written onto their GEMMs."""
+        self._serve_this_thread()
+        with analysis_scope(self._analysis):
+            partitions, _ = self._partitions(
+                ep, self._program_facts(self._lowering_facts(for_a_question=False))
+            )
+        return partitions
+
+    def _partitions(
+        self, ep: ExportedProgram, facts: ProgramFacts
+    ) -> tuple[list[Partition], Findings]:
+        """The final matching's partitions and findings, its marks written (`write_marks`).
+
+        The stock partitions, unless GEMMs that share a weight computation (a packed
         projection's split) were grouped into a partition that forms a dependency cycle
         with another: then the groups are merged by `acyclic_grouping` instead."""
-        groups, findings = self._matched(ep)
-        partitions = self._stock_partitions(ep, groups)
-        if not findings.shared_folds or contracted_acyclic(
+        matching = self._matched(ep, facts)
+        write_marks(ep, matching.findings, self.options)
+        partitions = self._stock_partitions(ep, matching.groups)
+        if matching.findings.shared_folds and not contracted_acyclic(
             ep.graph, [list(p.nodes) for p in partitions]
         ):
-            return partitions
-        # The GEMMs of a shared computation must share a delegate; group them ourselves.
-        return acyclic_grouping(ep.graph, groups)
+            # The GEMMs of a shared computation must share a delegate; group them ourselves.
+            partitions = acyclic_grouping(ep.graph, matching.groups)
+        return partitions, matching.findings
 
     def _stock_partitions(self, ep: ExportedProgram, groups: list[list[Node]]) -> list[Partition]:
         """The partitions `XnnpackPartitioner.generate_partitions` makes of ``groups``."""
         if self.per_op_mode:
-            matched = types.SimpleNamespace(get_matched_nodes_from_configs=lambda _: groups)
-            return XnnpackPartitioner.generate_per_op_partitions(matched, ep)
+            return per_op_partitions(groups)
         return generate_grouped_partitions_from_list_of_nodes(ep.graph_module, groups)
 
     def ops_to_not_decompose(
@@ -274,12 +330,20 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
         """The stock ops and filter, plus the ops of foldable weight computations.
 
+        Asked about an ATen program (before decomposition), it first adds what that
+        method does with its constants to the lowering's `CrossMethodFacts`.
+
         When the filter would accept every instance it could be shown (see
         `filter_is_redundant`), no filter is returned: executorch then keeps the ops
         without its two extra decomposition passes, and the program is the same.
         """
+        self._serve_this_thread()
+        question = ep.dialect == _ATEN_DIALECT
+        facts = self._lowering_facts(for_a_question=question)
         with analysis_scope(self._analysis):
-            ops, filter_fn = self._ops_to_not_decompose(ep)
+            if self.fold and question:
+                self._note_constants(ep, facts)
+            ops, filter_fn = self._ops_to_not_decompose(ep, self._program_facts(facts))
         if filter_fn is None:
             return ops, None
         unscoped = filter_fn
@@ -293,14 +357,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         return ops, scoped
 
     def _ops_to_not_decompose(
-        self, ep: ExportedProgram
+        self, ep: ExportedProgram, facts: ProgramFacts
     ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
         preserved: dict[str, OpOverload] = {}
         if self.fold:
-            self._note_constants(ep)
-            preserved = self._plan(ep, self._context()).preserved
+            preserved = self._plan(ep, facts).preserved
         # The stock filter asks configs built with the facts known now.
-        ops, stock_filter = stock_ops_to_not_decompose(self._configs(self._context()), ep)
+        ops, stock_filter = stock_ops_to_not_decompose(self._configs(facts, FIRST_ROUND), ep)
         ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
         graph = ep.graph
 
@@ -323,44 +386,34 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             return ops, None
         return ops, filter_fn
 
-    def _note_constants(self, ep: ExportedProgram) -> None:
-        """Record what ``ep`` does with its constants, then refresh the facts.
+    def _note_constants(self, ep: ExportedProgram, facts: CrossMethodFacts) -> None:
+        """Add what the ATen program ``ep`` does with its constants to ``facts``.
 
         to_edge_transform_and_lower asks every method's partitioners for
         ops_to_not_decompose before it partitions any method, so by partition time every
         method's writes and stored constants are known, whether the methods share this
-        partitioner or each has its own (the record is keyed by the tensor the methods
+        partitioner or each has its own (the facts are keyed by the tensors the methods
         share, which also keeps one model's facts from declining another model's constant
         of the same name).
         """
-        if any(
-            isinstance(node.target, EdgeOpOverload) or node.target is executorch_call_delegate
-            for node in ep.graph.nodes
-        ):
-            # executorch's check after lowering, on the edge program: this lowering is
-            # partitioned already, and its facts must not outlive it.
-            return
-        constant_facts().start_question()
         signature = ep.graph_signature
-        mutated = set(signature.buffers_to_mutate.values())
-        facts: dict[str, ConstantFact] = {}
+        tensors: dict[str, torch.Tensor] = {}
         for fqn in [*signature.parameters, *signature.buffers]:
             tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
-            if not isinstance(tensor, torch.Tensor):
-                continue
-            self._constant_tensors[fqn] = weakref.ref(tensor)
-            fact = facts[fqn] = constant_facts().record(tensor)
-            fact.written |= fqn in mutated
-        # The plan below sees this lowering's facts only (this method's writes, what the
-        # methods asked so far store), read afresh from the record: its GEMMs that will
-        # not fold keep their sources, so another method folding one of those sources
-        # would save nothing.
-        stored = stored_constants(ep, self._plan(ep, self._context()).not_folding)
-        for fqn, fact in facts.items():
-            fact.stored |= fqn in stored
+            if isinstance(tensor, torch.Tensor):
+                tensors[fqn] = tensor
+                self._constant_tensors[fqn] = weakref.ref(tensor)
+        written = set(signature.buffers_to_mutate.values())
+        # This method's writes first: the plan below must see them.
+        facts.note_method(tensors, written=written, stored=frozenset())
+        # The plan sees this lowering's facts only (this method's writes, what the methods
+        # asked so far store): its GEMMs that will not fold keep their sources, so another
+        # method folding one of those sources would save nothing.
+        stored = stored_constants(ep, self._plan(ep, self._program_facts(facts)).not_folding)
+        facts.note_method(tensors, written=written, stored=stored)
 
-    def _plan(self, ep: ExportedProgram, context: FoldContext) -> AtenPlan:
-        """`aten_plan` with this partitioner's options and ``context``'s facts."""
+    def _plan(self, ep: ExportedProgram, facts: ProgramFacts) -> AtenPlan:
+        """`aten_plan` with this partitioner's options and ``facts``."""
         return aten_plan(
             ep,
             self.options,
@@ -370,28 +423,31 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 for name, config in self.target_partitioner_configs.items()
                 if isinstance(config, FoldingGEMMMixin)
             ),
-            written_buffers=context.written_buffers,
-            stored_elsewhere=context.stored_elsewhere,
+            facts=facts,
             cache=self._plans,
         )
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        with analysis_scope(self._analysis):
-            return self._partition(exported_program)
-
-    def _partition(self, exported_program: ExportedProgram) -> PartitionResult:
-        # The facts as every method's question left them (not `_note_constants`: the
-        # edge program holds copies of the tensors).
-        written_buffers = self._context().written_buffers
-        constant_facts().partitioned = True
-        with collect_why_reasons(exported_program.graph_module) as stock_reasons:
-            # executorch's partition runs `generate_partitions`, which reports the
-            # findings of the matching it partitioned with.
-            result, findings = collected(functools.partial(super().partition, exported_program))
+        """The stock partition (the tagging `XnnpackPartitioner.partition` does) of this
+        partitioner's final matching, with the marks and reasons written from it."""
+        self._serve_this_thread()
+        warn_if_deprecated_to_backend(self)
+        facts = self._lowering_facts(for_a_question=False)
+        # Every method's question has been asked (`_facts`): this lowering's facts are in.
+        facts.start_partitioning()
+        program_facts = self._program_facts(facts)
+        with (
+            analysis_scope(self._analysis),
+            collect_why_reasons(exported_program.graph_module) as stock_reasons,
+        ):
+            partitions, findings = self._partitions(exported_program, program_facts)
+        result = tag_partitions(exported_program, partitions, self.delegation_spec)
         self._findings = findings
         if self.fold:
             if has_fold_marks(exported_program):
                 install_preprocess_hook()
-            check_preserved_were_delegated(exported_program, written_buffers, self.options)
+            check_preserved_were_delegated(
+                exported_program, program_facts.written_buffers, self.options
+            )
         record_reasons(exported_program, stock_reasons, findings)
         return result

@@ -1,5 +1,6 @@
 """The partition stage's data flows one way: its configs are built with one immutable
-`FoldContext` and nothing writes onto them afterwards; what they find comes back as values.
+set of facts and round decisions, and nothing writes onto them afterwards; what they find
+comes back as values.
 So one partitioner instance lowers the same program twice to the same bytes."""
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from executorch.exir.backend.canonical_partitioners.config_partitioner import Pa
 from torch import nn
 
 import xnnfold
+from xnnfold.passes.analysis import RoundDecisions
 from xnnfold.passes.partition._configs import FoldingGEMMMixin, STOCK_SCRATCH_ATTRIBUTES
-from xnnfold.passes.partition._context import FoldContext
 
 from tests.support.packed_sources import PackedWithDeclinedReader
 
@@ -60,7 +61,7 @@ def test_a_built_folding_config_refuses_a_new_attribute() -> None:
     assert len(configs) == 4
     for config in configs:
         with pytest.raises(AttributeError, match="immutable once built"):
-            config.context = FoldContext(non_folding=frozenset({"mm"}))
+            config.decisions = RoundDecisions(non_folding=frozenset({"mm"}))
 
 
 def test_a_lowering_writes_nothing_onto_any_config() -> None:
@@ -69,8 +70,8 @@ def test_a_lowering_writes_nothing_onto_any_config() -> None:
     built: list[tuple[PartitionerConfig, dict[str, Any]]] = []
     build = FoldingGEMMMixin.build.__func__  # type: ignore[attr-defined]
 
-    def recording_build(cls: Any, *args: Any) -> Any:
-        config = build(cls, *args)
+    def recording_build(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        config = build(cls, *args, **kwargs)
         built.append((config, _state(config)))
         return config
 

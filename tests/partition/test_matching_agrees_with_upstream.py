@@ -1,7 +1,8 @@
 """`match_once` (`xnnfold.passes.partition._matching`) is executorch's
-`ConfigerationBasedPartitioner.get_matched_nodes_from_configs`, copied so that it clears the
-marks of the previous match, returns what the configs found and reads the program's
-constant inputs once instead of once per partition member. It must group exactly as the
+`ConfigerationBasedPartitioner.get_matched_nodes_from_configs`, copied so that it asks each
+folding config for its partition and findings together (`FoldingGEMMMixin.match`), returns
+what they found and reads the program's constant inputs once instead of once per partition
+member. It must group exactly as the
 installed executorch does: checked by running both on the program executorch hands the
 partitioner, with the stock configs and with xnnfold's. (Where the two partitioners may
 differ is the fixed point around it, `matched_to_fixed_point`, which repeats the match
@@ -29,7 +30,6 @@ from torch.fx import Node
 from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
-from xnnfold._meta import FOLD_META_KEY
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.passes.partition import _matching
 
@@ -60,7 +60,7 @@ class _ComparingRounds:
         stock = types.SimpleNamespace(target_partitioner_configs=configs)
         upstream = _named(_upstream_match(stock, ep))
         ours = self._match_once(configs, ep)
-        marked = sum(1 for node in ep.graph.nodes if FOLD_META_KEY in node.meta)
+        marked = len(ours.findings.folds)
         self.matches.append((upstream, _named(ours.groups), marked))
         return ours
 

@@ -45,9 +45,9 @@ from xnnfold.passes.analysis import (
     new_analysis_cache,
     Rejection,
     WeightComputation,
+    written_elsewhere,
 )
-from xnnfold.passes.partition._configs import FoldingGEMMMixin, written_elsewhere
-from xnnfold.passes.partition._context import collected
+from xnnfold.passes.partition._configs import FoldingGEMMMixin
 
 __all__ = [
     "ACCEPTED",
@@ -180,7 +180,7 @@ class _WrittenElsewhere(_Predicate):
 
 class _ArgumentRules(_Predicate):
     """XNF510-XNF515: the folding config's ``check_constraints``, as built by the
-    partitioner (the argument problems it reports to `collected`)."""
+    partitioner (the argument problems its `match` returns)."""
 
     def __call__(self, judged: Judged) -> str:
         partitioner = XnnpackFoldingPartitioner(max_fold_nodes=judged.probe.options.max_fold_nodes)
@@ -189,8 +189,8 @@ class _ArgumentRules(_Predicate):
         ]
         assert isinstance(config, FoldingGEMMMixin), config
         with analysis_scope(new_analysis_cache()):
-            _, findings = collected(lambda: config.check_constraints(judged.gemm, judged.ep))
-        problem = findings.argument_problems.get(judged.gemm.name)
+            match = config.match(judged.gemm, judged.ep)
+        problem = match.findings.argument_problems.get(judged.gemm.name)
         return ACCEPTED if problem is None else problem.code.code
 
 

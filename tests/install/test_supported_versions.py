@@ -1,9 +1,9 @@
 """The tested releases are defined once, in `xnnfold._upstream.TESTED_COMBINATIONS`.
 
-The ranges the release check and pyproject.toml's xnnpack extra use are derived from it, and
-the files that install, run or document the combinations (tox.ini, .ci/run,
-docs/versions.md) list exactly its pairs: adding a release is one line there, and this file
-names each place still to follow.
+The ranges the release check uses and the lower bounds of pyproject.toml's extras are derived
+from it (and from `TESTED_TRANSFORMERS`), and the files that install, run or document the
+combinations (tox.ini, .ci/run, docs/versions.md) list exactly its pairs: adding a release is
+one line there, and this file names each place still to follow.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from xnnfold._upstream import (
     EXECUTORCH_RANGE,
     TESTED_COMBINATIONS,
     TORCH_RANGE,
+    TRANSFORMERS_RANGE,
 )
 
 ROOT = Path(__file__).parents[2]
@@ -35,11 +36,17 @@ def test_the_default_stack_is_a_tested_combination() -> None:
     assert DEFAULT_COMBINATION in TESTED_COMBINATIONS
 
 
-def test_pyproject_declares_the_ranges_of_the_tested_releases() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert set(project["optional-dependencies"]["xnnpack"]) == {
-        f"torch>={TORCH_RANGE[0]},<{TORCH_RANGE[1]}",
-        f"executorch>={EXECUTORCH_RANGE[0]},<{EXECUTORCH_RANGE[1]}",
+def test_pyproject_declares_the_lowest_tested_releases() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert set(extras["xnnpack"]) == {
+        f"torch>={TORCH_RANGE[0]}",
+        f"executorch>={EXECUTORCH_RANGE[0]}",
+    }
+    assert set(extras["transformers"]) == {
+        "xnnfold[xnnpack]",
+        f"transformers>={TRANSFORMERS_RANGE[0]}",
     }
 
 

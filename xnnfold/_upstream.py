@@ -26,6 +26,7 @@ private attribute access.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from importlib.metadata import PackageNotFoundError, version
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_COMBINATION",
     "EXECUTORCH_RANGE",
+    "TESTED_TRANSFORMERS",
+    "TRANSFORMERS_RANGE",
     "INTERNALS",
     "EdgeOpOverload",
     "LazyValue",
@@ -80,6 +83,7 @@ __all__ = [
     "optional_internal",
     "overload_name_of",
     "quantize_default_filter",
+    "release_span",
     "real_value_of_fake",
     "schema_of",
     "set_graph_signature",
@@ -93,6 +97,7 @@ __all__ = [
     "UPSTREAM_NAMES",
     "UnsupportedRelease",
     "check_releases",
+    "check_transformers_release",
     "installed_version",
     "supports_bf16",
     "warn_if_deprecated_to_backend",
@@ -132,14 +137,30 @@ def _listing(releases: frozenset[str]) -> str:
     return " and ".join(filter(None, (", ".join(ordered[:-1]), ordered[-1])))
 
 
-# Per package, the releases the suite passed on, and the range pyproject.toml's xnnpack extra
-# declares: [lowest tested, first minor past the highest tested).
+def release_span(releases: frozenset[str]) -> str:
+    """``"5.24.0 to 5.25.0"``: the lowest and highest release, for messages that name a
+    range (a release in between that was not run is still one the range admits)."""
+    ordered = sorted(releases, key=_release)
+    return ordered[0] if len(ordered) == 1 else f"{ordered[0]} to {ordered[-1]}"
+
+
+# The transformers releases xnnfold.integrations.transformers and transformers' own model
+# classes ran on (tests/integrations, tests/end_to_end/test_transformers_models.py), each
+# with the default stack, the newest also with the newest torch and executorch
+# (docs/versions.md).
+TESTED_TRANSFORMERS: Final[frozenset[str]] = frozenset({"5.24.0", "5.25.0"})
+
+# Per package, the releases the suite passed on, and the range the release checks read as
+# tested: [lowest tested, first minor past the highest tested). pyproject.toml's extras
+# declare the lower bounds only: a newer release installs, and the checks decide.
 TESTED: Final[dict[str, frozenset[str]]] = {
     "torch": frozenset(torch for torch, _ in TESTED_COMBINATIONS),
     "executorch": frozenset(executorch for _, executorch in TESTED_COMBINATIONS),
+    "transformers": TESTED_TRANSFORMERS,
 }
 TORCH_RANGE: Final[tuple[str, str]] = _range_of(TESTED["torch"])
 EXECUTORCH_RANGE: Final[tuple[str, str]] = _range_of(TESTED["executorch"])
+TRANSFORMERS_RANGE: Final[tuple[str, str]] = _range_of(TESTED["transformers"])
 
 # Every private module-level name xnnfold imports: our name -> (package, module, attribute).
 INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
@@ -183,7 +204,7 @@ _WRITTEN_FOR: Final[dict[str, str]] = {
     "executorch": _listing(TESTED["executorch"]),
     "torch": _listing(TESTED["torch"]),
     "libcst": "1.9",
-    "transformers": "5.24.0",
+    "transformers": release_span(TESTED["transformers"]),
     "torchao": "0.18",
 }
 
@@ -216,10 +237,15 @@ _FIX: Final = (
     "install a tested release (pip install torch==2.13.0 'executorch>={0},<{1}'), or lower "
     "with executorch's XnnpackPartitioner"
 )
+_TRANSFORMERS_FIX: Final = (
+    "install a tested release (pip install 'transformers>={0},<{1}'), or export with "
+    "transformers' own ExecutorchExporter().export (the stock partitioner)"
+)
 
 
 class UnsupportedRelease(RuntimeError):
-    """The installed executorch or torch is not one xnnfold was tested with."""
+    """The installed executorch, torch or transformers is not one xnnfold was tested with,
+    or moved a private name xnnfold builds on."""
 
 
 logger = logging.getLogger(__name__)
@@ -358,6 +384,36 @@ def _in_range(found: str, bounds: tuple[str, str]) -> bool:
     return _standing(found, bounds) == _IN_RANGE
 
 
+def _release_warning(package: str, found: str, tested: str, fix: str) -> Optional[str]:
+    """The WARNING for ``package`` ``found`` against its tested releases (``tested`` names
+    them in messages): None for a tested release; a message for a newer release or an
+    untested patch of a tested minor. Raise `UnsupportedRelease` for an older release or a
+    version that does not parse."""
+    from packaging.version import Version
+
+    bounds = _range_of(TESTED[package])
+    standing = _standing(found, bounds)
+    if standing is None or standing == _OLDER:
+        problem = "is older than" if standing == _OLDER else "is not a version like"
+        raise UnsupportedRelease(
+            f"xnnfold: {package} {found} {problem} the releases xnnfold was tested with "
+            f"({tested}; supported: >={bounds[0]}); {fix}"
+        )
+    if standing == _NEWER:
+        return (
+            f"xnnfold: {package} {found} is newer than every release xnnfold was tested "
+            f"with ({tested}): the upstream names it builds on are present, but the suite "
+            f"has not run on it; compare the lowered program's outputs with eager before "
+            f"relying on it, or {fix}"
+        )
+    if Version(found).base_version not in TESTED[package]:
+        return (
+            f"xnnfold: {package} {found} is in the supported range but was not itself "
+            f"tested (tested: {tested})"
+        )
+    return None
+
+
 def check_releases() -> None:
     """Check the installed executorch and torch before a folding partitioner is built.
 
@@ -374,32 +430,15 @@ def check_releases() -> None:
     fix = _FIX.format(*EXECUTORCH_RANGE)
     warnings: list[str] = []
     tested: dict[str, str] = {}
-    for package, bounds in (("executorch", EXECUTORCH_RANGE), ("torch", TORCH_RANGE)):
+    for package in ("executorch", "torch"):
         found = installed_version(package)
         if found is None:
             continue  # a source build without metadata: the names below still decide
-        standing = _standing(found, bounds)
-        listing = _listing(TESTED[package])
-        if standing is None or standing == _OLDER:
-            problem = "is older than" if standing == _OLDER else "is not a version like"
-            raise UnsupportedRelease(
-                f"xnnfold: {package} {found} {problem} the releases xnnfold was tested with "
-                f"({listing}; supported: >={bounds[0]}); {fix}"
-            )
-        if standing == _NEWER:
-            warnings.append(
-                f"xnnfold: {package} {found} is newer than every release xnnfold was tested "
-                f"with ({listing}): the upstream names it builds on are present, but the suite "
-                f"has not run on it; compare the lowered program's outputs with eager before "
-                f"relying on it, or {fix}"
-            )
-        elif Version(found).base_version not in TESTED[package]:
-            warnings.append(
-                f"xnnfold: {package} {found} is in the supported range but was not itself "
-                f"tested (tested: {listing})"
-            )
-        else:
+        warning = _release_warning(package, found, _listing(TESTED[package]), fix)
+        if warning is None:
             tested[package] = Version(found).base_version
+        else:
+            warnings.append(warning)
     _check_upstream_names(fix)
     pair = (tested.get("torch"), tested.get("executorch"))
     if None not in pair and pair not in TESTED_COMBINATIONS:
@@ -411,6 +450,30 @@ def check_releases() -> None:
         )
     for message in warnings:
         logger.warning("%s", message)
+
+
+def check_transformers_release() -> None:
+    """Check the installed transformers before xnnfold.integrations.transformers exports.
+
+    The policy torch and executorch have (`check_releases`): a tested release is quiet; a
+    newer one, or an untested patch of a tested minor, logs a WARNING, once per process;
+    an older one, or a version that does not parse, raises `UnsupportedRelease`. A private
+    transformers name that moved raises `UnsupportedRelease` on its first use (`INTERNALS`).
+    """
+    found = installed_version("transformers")
+    if found is None:
+        return  # a source build without metadata: the exporter's names still decide
+    fix = _TRANSFORMERS_FIX.format(*TRANSFORMERS_RANGE)
+    warning = _release_warning("transformers", found, release_span(TESTED["transformers"]), fix)
+    if warning is not None:
+        _warn_once(warning)
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Log ``message`` as a WARNING the first time only: an export per call would repeat
+    the same release's warning in every one."""
+    logger.warning("%s", message)
 
 
 def _check_upstream_names(fix: str) -> None:

@@ -3,18 +3,27 @@
 CI runs this file on every tested combination (.ci/run): there the installed releases pass
 the check silently. A release older than every tested one, or an upstream name moved, stops
 the partitioner with an error naming the release or the name and the fix; a newer release,
-an untested patch release or an untested pairing is accepted with a WARNING.
+an untested patch release or an untested pairing is accepted with a WARNING. transformers,
+for xnnfold.integrations.transformers, gets the same policy, its WARNING logged once.
 """
 
 from __future__ import annotations
 
+import re
 from importlib.metadata import version
+from typing import Callable, Iterator
 
 import pytest
 
 import xnnfold
 from xnnfold import _upstream as _compat
-from xnnfold._upstream import check_releases, EXECUTORCH_RANGE, INTERNALS, UnsupportedRelease
+from xnnfold._upstream import (
+    check_releases,
+    check_transformers_release,
+    EXECUTORCH_RANGE,
+    INTERNALS,
+    UnsupportedRelease,
+)
 
 
 def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) -> None:
@@ -182,3 +191,68 @@ def test_a_folding_config_that_would_not_replace_its_stock_config_is_refused(
         RuntimeError, match="FoldingLinearConfig must keep LinearConfig's target_name"
     ):
         xnnfold.XnnpackFoldingPartitioner()
+
+
+# --- transformers (xnnfold.integrations.transformers): the same policy, warned once ---
+
+
+@pytest.fixture
+def transformers_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
+    """The release warnings the transformers check logs from here on, each run starting
+    with none yet logged in this process."""
+    _compat._warn_once.cache_clear()
+    with caplog.at_level("WARNING", logger=_compat.__name__):
+        yield lambda: [r.getMessage() for r in caplog.records if r.name == _compat.__name__]
+    _compat._warn_once.cache_clear()
+
+
+@pytest.mark.parametrize("found", ["5.24.0", "5.25.0"])
+def test_a_tested_transformers_release_is_quiet(
+    monkeypatch: pytest.MonkeyPatch,
+    transformers_warnings: Callable[[], list[str]],
+    found: str,
+) -> None:
+    _installed(monkeypatch, transformers=found)
+    check_transformers_release()
+    assert transformers_warnings() == []
+
+
+@pytest.mark.parametrize("found", ["5.26.0", "5.26.0.dev0", "6.0.0"])
+def test_a_newer_transformers_release_is_warned_about_once(
+    monkeypatch: pytest.MonkeyPatch,
+    transformers_warnings: Callable[[], list[str]],
+    found: str,
+) -> None:
+    _installed(monkeypatch, transformers=found)
+    check_transformers_release()
+    check_transformers_release()
+    (message,) = transformers_warnings()
+    assert message.startswith(
+        f"xnnfold: transformers {found} is newer than every release xnnfold was tested with "
+        "(5.24.0 to 5.25.0)"
+    )
+    assert "pip install 'transformers>=5.24.0,<5.26'" in message
+
+
+def test_an_untested_transformers_patch_release_is_warned_about(
+    monkeypatch: pytest.MonkeyPatch, transformers_warnings: Callable[[], list[str]]
+) -> None:
+    _installed(monkeypatch, transformers="5.24.1")
+    check_transformers_release()
+    assert transformers_warnings() == [
+        "xnnfold: transformers 5.24.1 is in the supported range but was not itself tested "
+        "(tested: 5.24.0 to 5.25.0)"
+    ]
+
+
+@pytest.mark.parametrize("found", ["5.23.0", "5.24.0rc1", "4.57.6"])
+def test_an_older_transformers_release_is_refused_naming_the_tested_range(
+    monkeypatch: pytest.MonkeyPatch, found: str
+) -> None:
+    _installed(monkeypatch, transformers=found)
+    with pytest.raises(
+        UnsupportedRelease,
+        match=rf"transformers {re.escape(found)} is older than the releases xnnfold was "
+        r"tested with \(5\.24\.0 to 5\.25\.0; supported: >=5\.24\.0\)",
+    ):
+        check_transformers_release()

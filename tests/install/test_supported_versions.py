@@ -1,9 +1,9 @@
 """The tested releases are defined once, in `xnnfold._upstream.TESTED_COMBINATIONS`.
 
-The ranges the release check and pyproject.toml's xnnpack extra use are derived from it, and
-the files that install, run or document the combinations (tox.ini, .ci/run,
-docs/versions.md) list exactly its pairs: adding a release is one line there, and this file
-names each place still to follow.
+The ranges the release check uses and the lower bounds of pyproject.toml's extras are derived
+from it (and from `TESTED_TRANSFORMERS`), and the files that install, run or document the
+combinations (tox.ini, .ci/run, docs/versions.md) list exactly its pairs: adding a release is
+one line there, and this file names each place still to follow.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from xnnfold._upstream import (
     EXECUTORCH_RANGE,
     TESTED_COMBINATIONS,
     TORCH_RANGE,
+    TRANSFORMERS_RANGE,
 )
 
 ROOT = Path(__file__).parents[2]
@@ -35,31 +36,52 @@ def test_the_default_stack_is_a_tested_combination() -> None:
     assert DEFAULT_COMBINATION in TESTED_COMBINATIONS
 
 
-def test_pyproject_declares_the_ranges_of_the_tested_releases() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert set(project["optional-dependencies"]["xnnpack"]) == {
-        f"torch>={TORCH_RANGE[0]},<{TORCH_RANGE[1]}",
-        f"executorch>={EXECUTORCH_RANGE[0]},<{EXECUTORCH_RANGE[1]}",
+def test_pyproject_declares_the_lowest_tested_releases() -> None:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    assert set(extras["xnnpack"]) == {
+        f"torch>={TORCH_RANGE[0]}",
+        f"executorch>={EXECUTORCH_RANGE[0]}",
+    }
+    assert set(extras["transformers"]) == {
+        "xnnfold[xnnpack]",
+        f"transformers>={TRANSFORMERS_RANGE[0]}",
     }
 
 
-def _ci_combinations() -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """(the stack stage 1 runs the full suite on, the pairs stage 2 runs the fast tier on)."""
-    script = (ROOT / ".ci" / "run").read_text()
-    full = set(re.findall(rf"lowering_venv \.ci-venv ({_RELEASE}) ({_RELEASE})", script))
-    (others,) = re.findall(r"^OTHER_COMBINATIONS=\(([^)]*)\)", script, flags=re.MULTILINE)
-    fast = set(re.findall(rf'"({_RELEASE}):({_RELEASE})"', others))
-    return full, fast
+CI_SCRIPT = ROOT / ".ci" / "run"
+
+
+def _pairs(variable: str) -> set[tuple[str, str]]:
+    """The "torch:executorch" pairs of one of .ci/run's arrays."""
+    (listed,) = re.findall(rf"^{variable}=\(([^)]*)\)", CI_SCRIPT.read_text(), flags=re.MULTILINE)
+    return set(re.findall(rf'"({_RELEASE}):({_RELEASE})"', listed))
 
 
 def test_ci_runs_the_full_suite_on_the_default_stack() -> None:
-    full, _ = _ci_combinations()
+    script = CI_SCRIPT.read_text()
+    full = set(re.findall(rf"lowering_venv \.ci-venv ({_RELEASE}) ({_RELEASE})", script))
     assert full == {DEFAULT_COMBINATION}
 
 
-def test_ci_runs_the_fast_tier_on_every_other_tested_combination() -> None:
-    _, fast = _ci_combinations()
-    assert fast == TESTED_COMBINATIONS - {DEFAULT_COMBINATION}
+def test_ci_runs_the_fast_tier_on_every_other_tested_combination_not_retired() -> None:
+    # A retired pair stays tested (the release check is quiet on it) and is no longer run:
+    # docs/versions.md says which and why.
+    fast, retired = _pairs("OTHER_COMBINATIONS"), _pairs("RETIRED_COMBINATIONS")
+    assert fast & retired == set()
+    assert fast | retired == TESTED_COMBINATIONS - {DEFAULT_COMBINATION}
+
+
+def test_ci_tries_the_newest_releases_unpinned() -> None:
+    # Stage 5: the three names alone, in one resolve, with the machine's torch cap lifted.
+    script = CI_SCRIPT.read_text()
+    (body,) = re.findall(r"^newest_venv\(\) \{.*?^\}", script, flags=re.MULTILINE | re.DOTALL)
+    assert re.search(
+        r"PIP_CONSTRAINT=/dev/null \S+ install --quiet torch executorch transformers$",
+        body,
+        flags=re.MULTILINE,
+    ), body
 
 
 def _expand(envlist: str) -> list[str]:

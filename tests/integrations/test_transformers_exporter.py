@@ -22,6 +22,7 @@ import pytest
 import torch
 
 import xnnfold
+from xnnfold._upstream import UnsupportedRelease
 
 from tests.support.audio_encoders import tiny_encoder
 
@@ -138,6 +139,76 @@ def test_the_swapped_preparation_acts_only_on_the_exporting_thread() -> None:
     here = preparation(_model("wav2vec2"), _inputs())[2]
     assert [type(p) for p in elsewhere] == [XnnpackPartitioner]
     assert [type(p) for p in here] == [xnnfold.XnnpackFoldingPartitioner]
+
+
+class _ExporterCallingNoPreparation:
+    """A transformers exporter that lowers without looking its backend preparation up."""
+
+    def export(self, model: Any, sample_inputs: Any, config: Any) -> str:
+        return "a program lowered by another partitioner"
+
+
+class _ExporterPreparingOnAnotherThread:
+    """A transformers exporter that calls its XNNPACK preparation on a thread of its own."""
+
+    def export(self, model: Any, sample_inputs: Any, config: Any) -> list[Any]:
+        from xnnfold import _upstream
+
+        entry = _upstream.transformers_backend_prepare["xnnpack"]
+        found: list[Any] = []
+        worker = threading.Thread(target=lambda: found.extend(entry(model, sample_inputs)[2]))
+        worker.start()
+        worker.join()
+        return found
+
+
+@pytest.mark.parametrize(
+    "exporter",
+    [_ExporterCallingNoPreparation, _ExporterPreparingOnAnotherThread],
+    ids=["never-called", "another-thread"],
+)
+def test_an_export_that_never_ran_the_swapped_preparation_is_refused(
+    monkeypatch: pytest.MonkeyPatch, exporter: type
+) -> None:
+    _transformers()
+    from transformers.exporters import exporter_executorch
+
+    from xnnfold.integrations.transformers import export
+
+    monkeypatch.setattr(exporter_executorch, "ExecutorchExporter", exporter)
+    before = _stock_exporter_state()
+    model = _model("wav2vec2")
+    with pytest.raises(
+        UnsupportedRelease,
+        match=r"never called its 'xnnpack' backend preparation .* on the exporting thread.*"
+        r"unlike transformers 5\.24\.0 to 5\.25\.0",
+    ):
+        export(model, _inputs())
+    assert _stock_exporter_state() == before
+    assert not xnnfold.is_prepared(model)
+
+
+def test_an_older_transformers_is_refused_before_exporting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _transformers()
+    from transformers.exporters import exporter_executorch
+
+    from xnnfold import _upstream
+    from xnnfold.integrations.transformers import export
+
+    real = _upstream.version
+    monkeypatch.setattr(
+        _upstream, "version", lambda name: "5.23.0" if name == "transformers" else real(name)
+    )
+    # Reaching the exporter at all would be a failure of its own.
+    monkeypatch.setattr(exporter_executorch, "ExecutorchExporter", None)
+    with pytest.raises(
+        UnsupportedRelease,
+        match=r"transformers 5\.23\.0 is older than the releases xnnfold was tested with "
+        r"\(5\.24\.0 to 5\.25\.0",
+    ):
+        export(_model("wav2vec2"), _inputs())
 
 
 # --- full tier: through the exporter ---

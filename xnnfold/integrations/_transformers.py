@@ -9,7 +9,12 @@ partitioner list ``[XnnpackPartitioner()]``. That entry is the one seam: `export
 computed weights (`prepare_for_xnnpack`, so reports name them); it then runs the stock
 ``ExecutorchExporter().export`` and puts the entry back, in a ``finally``. The patches, the
 program and node fixes, the edge compile config, memory planning, the metadata and the
-``ExportedModel`` are the exporter's own.
+``ExportedModel`` are the exporter's own. An export during which the swapped entry never
+ran on the exporting thread was lowered by the stock partitioner: `export` raises
+`UnsupportedRelease` rather than return it.
+
+The installed transformers gets the release policy torch and executorch have
+(`xnnfold._upstream.check_transformers_release`, docs/versions.md).
 
 Thread safety: a lock is held from the swap to the restore, so these exports run one at a
 time; the swapped entry acts only on the thread that installed it, so a stock
@@ -40,6 +45,10 @@ EXPORTER_MODULE: Final = "transformers.exporters.exporter_executorch"
 XNNPACK_BACKEND: Final = "xnnpack"
 INSTALL_HINT: Final = 'pip install "xnnfold[transformers]"'
 _PACKAGE: Final = "transformers"
+_RELEASE_HINT: Final = (
+    f"pip install 'transformers>={_upstream.TRANSFORMERS_RANGE[0]},"
+    f"<{_upstream.TRANSFORMERS_RANGE[1]}'"
+)
 _CALLER: Final = "xnnfold.integrations.transformers.export"
 
 # (model, sample_inputs) -> (model, sample_inputs, partitioners): a backend preparation.
@@ -49,12 +58,25 @@ Preparation = Callable[[Any, Any], tuple[Any, Any, list[Any]]]
 _LOCK: Final = threading.Lock()
 
 
+def _tested() -> str:
+    """``"transformers 5.24.0 to 5.25.0"``: the releases this integration ran on."""
+    return f"transformers {_upstream.release_span(_upstream.TESTED_TRANSFORMERS)}"
+
+
 def _missing(detail: str) -> ImportError:
     return ImportError(
         f"xnnfold.integrations.transformers needs transformers' ExecuTorch exporter "
-        f"({EXPORTER_MODULE}, transformers 5.24.0), and {detail}; install it with: "
-        f"{INSTALL_HINT}",
+        f"({EXPORTER_MODULE}, {_tested()}), and {detail}; install it with: {INSTALL_HINT}",
         name=_PACKAGE,
+    )
+
+
+def _unlike_tested(problem: str) -> _upstream.UnsupportedRelease:
+    found = _upstream.installed_version(_PACKAGE) or "(version unknown)"
+    return _upstream.UnsupportedRelease(
+        f"{_CALLER}: {problem}; the installed transformers {found} prepares XNNPACK unlike "
+        f"{_tested()}, which this integration was written for; install one of those with: "
+        f"{_RELEASE_HINT}, or export with transformers' ExecutorchExporter().export"
     )
 
 
@@ -121,12 +143,17 @@ class _FoldingPreparation:
         self.thread: Optional[int] = thread
         # The models this preparation marked, for `export` to unmark.
         self.marked: list[Any] = []
+        # How many partitioner lists it swapped on ``thread``: `export` refuses a program
+        # lowered without one.
+        self.swapped = 0
 
     def __call__(self, model: Any, sample_inputs: Any) -> tuple[Any, Any, list[Any]]:
         model, sample_inputs, partitioners = self.stock(model, sample_inputs)
         if threading.get_ident() != self.thread:
             return model, sample_inputs, partitioners
-        return model, sample_inputs, self._folding(model, list(partitioners))
+        folding = self._folding(model, list(partitioners))
+        self.swapped += 1
+        return model, sample_inputs, folding
 
     def _folding(self, model: Any, partitioners: list[Any]) -> list[Any]:
         from torch import nn
@@ -135,13 +162,10 @@ class _FoldingPreparation:
         from xnnfold.rewriter import is_prepared, prepare_for_xnnpack
 
         if not any(type(p) is self.stock_partitioner for p in partitioners):
-            found = _upstream.installed_version(_PACKAGE) or "(version unknown)"
-            raise _upstream.UnsupportedRelease(
-                f"{_CALLER}: transformers' {XNNPACK_BACKEND!r} backend preparation returned "
-                f"the partitioners {[type(p).__name__ for p in partitioners]}, none an "
-                f"XnnpackPartitioner to replace: the installed transformers {found} prepares "
-                f"XNNPACK unlike transformers 5.24.0, which this integration was written for; "
-                f"install that release with: {INSTALL_HINT}"
+            raise _unlike_tested(
+                f"transformers' {XNNPACK_BACKEND!r} backend preparation returned the "
+                f"partitioners {[type(p).__name__ for p in partitioners]}, none an "
+                f"XnnpackPartitioner to replace"
             )
         if isinstance(model, nn.Module) and not is_prepared(model):
             prepare_for_xnnpack(model)
@@ -174,8 +198,10 @@ def export(
         ImportError: transformers, or its ExecuTorch exporter, is not installed.
         ValueError: ``config`` is for another backend than XNNPACK.
         TypeError: ``config`` is not an ``ExecutorchConfig``, a dict or None.
-        UnsupportedRelease: the installed transformers moved the backend preparation
-            table, or its XNNPACK preparation builds no ``XnnpackPartitioner``.
+        UnsupportedRelease: the installed transformers is older than every tested
+            release, moved the backend preparation table, builds no ``XnnpackPartitioner``
+            in its XNNPACK preparation, or exported without calling that preparation on
+            this thread. (A newer release than every tested one logs a WARNING, once.)
 
     transformers' exporter is left exactly as it was, also when the export raises; the
     model gets the exporter's own changes (``requires_grad_(False)``, moved to CPU) and no
@@ -185,6 +211,8 @@ def export(
 
     from xnnfold.rewriter import unprepare_for_xnnpack
 
+    require_transformers()
+    _upstream.check_transformers_release()
     module = _exporter_module()
     config = _executorch_config(module, config)
     exporter = module.ExecutorchExporter()
@@ -192,15 +220,26 @@ def export(
     with _LOCK:
         stock = table.get(XNNPACK_BACKEND)
         if stock is None:
-            raise _upstream.UnsupportedRelease(
-                f"{_CALLER}: transformers' backend preparation table has no "
-                f"{XNNPACK_BACKEND!r} entry (it has {sorted(table)}); install transformers "
-                f"5.24.0, which this integration was written for, with: {INSTALL_HINT}"
+            raise _unlike_tested(
+                f"transformers' backend preparation table has no {XNNPACK_BACKEND!r} entry "
+                f"(it has {sorted(table)})"
             )
         preparation = _FoldingPreparation(stock, XnnpackPartitioner, threading.get_ident())
         table[XNNPACK_BACKEND] = preparation
         try:
-            return exporter.export(model, sample_inputs, config)
+            exported = exporter.export(model, sample_inputs, config)
+            if not preparation.swapped:
+                # The exporter lowered without the entry on this thread (it called it from
+                # another thread, or no longer looks it up in the table): its program has
+                # the stock partitioner's delegates, which is not what was asked for.
+                raise _unlike_tested(
+                    f"transformers' exporter never called its {XNNPACK_BACKEND!r} backend "
+                    f"preparation (_BACKEND_PREPARE[{XNNPACK_BACKEND!r}]) on the exporting "
+                    f"thread, so the folding partitioner was not used; expected "
+                    f"ExecutorchExporter.export to look that entry up and call it on the "
+                    f"calling thread"
+                )
+            return exported
         finally:
             preparation.thread = None
             # Someone else's entry installed meanwhile stays; ours is inert from here on.

@@ -158,7 +158,7 @@ class _FoldingPreparation:
     def _folding(self, model: Any, partitioners: list[Any]) -> list[Any]:
         from torch import nn
 
-        from xnnfold.passes import XnnpackFoldingPartitioner
+        from xnnfold.passes import CrossMethodFacts, XnnpackFoldingPartitioner
         from xnnfold.rewriter import is_prepared, prepare_for_xnnpack
 
         if not any(type(p) is self.stock_partitioner for p in partitioners):
@@ -170,8 +170,10 @@ class _FoldingPreparation:
         if isinstance(model, nn.Module) and not is_prepared(model):
             prepare_for_xnnpack(model)
             self.marked.append(model)
+        # The preparation runs once per export: one lowering, one set of facts.
+        facts = CrossMethodFacts()
         return [
-            XnnpackFoldingPartitioner() if type(p) is self.stock_partitioner else p
+            XnnpackFoldingPartitioner(facts=facts) if type(p) is self.stock_partitioner else p
             for p in partitioners
         ]
 

@@ -75,6 +75,7 @@ __all__ = [
     "conv_forward",
     "default_decomposition_table",
     "exir_ops",
+    "external_data_files_of",
     "forward_pre_hooks_of",
     "is_fake",
     "optional_internal",
@@ -301,6 +302,13 @@ def conv_forward(
 def set_graph_signature(ep: ExportedProgram, signature: ExportGraphSignature) -> None:
     """Replace ``ep``'s signature in place (torch exposes no setter; its passes do the same)."""
     ep._graph_signature = signature
+
+
+def external_data_files_of(program: Any) -> tuple[str, ...]:
+    """The names of the external data files (``<name>.ptd``) an `ExecutorchProgramManager`
+    writes with ``write_tensor_data_to_file``; executorch lists them only as
+    ``_tensor_data``, keyed by name."""
+    return tuple(sorted(getattr(program, "_tensor_data", None) or {}))
 
 
 def real_value_of_fake(value: torch.Tensor) -> Optional[torch.Tensor]:

@@ -21,6 +21,7 @@ from xnnfold.passes.partition._configs import (
     FoldingMMConfig,
 )
 from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
+from xnnfold.passes.partition._tied import tie_tables
 
 __all__ = [
     "DEFAULT_GROWTH_BUDGET",
@@ -41,5 +42,6 @@ __all__ = [
     "folding_configs",
     "install_preprocess_hook",
     "is_preprocess_hook_installed",
+    "tie_tables",
     "uninstall_preprocess_hook",
 ]

@@ -40,6 +40,13 @@ from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Rejection, WeightComputation
 from xnnfold.passes.analysis._scope import analysis_scope, AnalysisCache, new_analysis_cache
 from xnnfold.passes.analysis._structure import computation_key
+from xnnfold.passes.analysis._tied import (
+    find_tied_tables,
+    tied_across_methods,
+    TiedTable,
+    TiedTables,
+    UntiedTable,
+)
 
 __all__ = [
     "ADDMM_BIAS",
@@ -47,6 +54,9 @@ __all__ = [
     "AnalysisCache",
     "Growth",
     "Rejection",
+    "TiedTable",
+    "TiedTables",
+    "UntiedTable",
     "WeightComputation",
     "addmm_problem",
     "addmm_scales",
@@ -56,6 +66,7 @@ __all__ = [
     "constant_fqns",
     "deconvolution_problem",
     "external_tag",
+    "find_tied_tables",
     "find_weight_computation",
     "gemm_positions",
     "is_constant_node",
@@ -71,5 +82,6 @@ __all__ = [
     "shared_kernel_problem",
     "site_of",
     "stored_constants",
+    "tied_across_methods",
     "value_bytes",
 ]

@@ -45,6 +45,7 @@ from xnnfold.passes._ops import (
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import (
     analysis_scope,
+    find_tied_tables,
     new_analysis_cache,
     Rejection,
     stored_constants,
@@ -72,6 +73,7 @@ from xnnfold.passes.partition._facts import constant_facts, ConstantFact
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
 from xnnfold.passes.partition._matching import matched_to_fixed_point
 from xnnfold.passes.partition._outcome import check_preserved_were_delegated, record_reasons
+from xnnfold.passes.partition._tied import tag_tied_tables
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
 )
@@ -120,6 +122,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             is byte-identical either way. An escape hatch, slower.
         growth_budget: the bytes a convolution's fold may add to the program
             (`GrowthBudget`; `NO_GROWTH` declines every fold that grows it).
+        tie_tables: store a tied table once (docs/tied-tables.md): a constant a
+            delegated linear takes as its weight and an op outside the delegate also
+            reads (an embedding shared with the lm_head) is tagged for executorch's
+            default external data file, ``_default_external_constant.ptd``, for the
+            program's copy and the delegate's alike, where it is stored once. The
+            program then loads with that file (``data_path``); False keeps both copies
+            in the ``.pte``, as the stock partitioner does.
         **config_options: handed to every config class, as `XnnpackPartitioner` hands
             its keywords: ``force_non_static_weights_for_f32_linear``, ``enable_bf16``
             (executorch 1.5.0 and later), and the options of config classes given in
@@ -148,6 +157,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         max_fold_nodes: int = DEFAULT_MAX_FOLD_NODES,
         keep_decomposition_filter: bool = False,
         growth_budget: GrowthBudget = DEFAULT_GROWTH_BUDGET,
+        tie_tables: bool = True,
         **config_options: Any,
     ) -> None:
         check_releases()
@@ -179,6 +189,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             config_options.get(FORCE_NON_STATIC_WEIGHTS_OPTION, False)
         )
         self.keep_decomposition_filter = keep_decomposition_filter
+        self.tie_tables = tie_tables
         # What every config is built with, as `XnnpackPartitioner` builds them.
         self._precisions = (
             [config_precisions]
@@ -394,4 +405,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 install_preprocess_hook()
             check_preserved_were_delegated(exported_program, written_buffers, self.options)
         record_reasons(exported_program, stock_reasons, findings)
+        if self.tie_tables:
+            tag_tied_tables(exported_program, find_tied_tables(exported_program))
         return result

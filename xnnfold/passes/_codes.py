@@ -120,21 +120,11 @@ BEYOND_BUDGET: Final = _code(
     "a fold that grows the program would take more bytes than growth_budget leaves",
 )
 # A tied table (a delegated GEMM's weight the program also reads) that stays stored twice.
-TIED_COMPUTED: Final = _code(
+TIED_OTHER_USE: Final = _code(
     "XNF517",
-    "tied-computed",
-    "a table the program reads is stored twice: the delegate reads it through a computation "
-    "(a transpose, a cast) and stores the result",
-)
-TIED_DTYPE: Final = _code(
-    "XNF518",
-    "tied-dtype",
-    "a table the program reads is stored twice: XNNPACK stores its weight in another dtype",
-)
-TIED_QUANTIZED: Final = _code(
-    "XNF519",
-    "tied-quantized",
-    "a table the program reads is stored twice: the delegate stores a quantized copy",
+    "tied-other-use",
+    "a table the program reads is stored twice: the delegate also reads it otherwise than "
+    "as a linear's own weight",
 )
 # The stock XNNPACK config's own reason (dtype, rank, options ...), passed on as it is.
 STOCK: Final = _code("XNF590", "stock", "executorch's XNNPACK config declined the GEMM")

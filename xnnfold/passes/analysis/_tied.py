@@ -8,9 +8,11 @@ data. Both copies hold the same bytes when XNNPACK stores the weight as it is: a
 the weight contiguous and stores those bytes). executorch's named data store
 keeps identical bytes under one buffer per external file, so tagging both copies for the
 same ``.ptd`` stores the table once. XNNPACK keeps a float16 or bfloat16 linear weight in
-its dtype too. Any other reading (through a cast or a quantization, or of another dtype)
-stores different bytes and is reported instead; a weight read through a transpose is a
-run-time input of the delegate (XNF504), which stores no copy.
+its dtype too. A table the delegate also reads otherwise (an elementwise op's operand, a
+convolution's kernel, which it stores channels-last) is not proven to be stored byte for
+byte and keeps both copies, with its reason (XNF517). A weight computed from the table (a
+transpose, a cast) is a run-time input of the delegate (XNF504), which stores no copy;
+a quantized weight is another tensor, with other bytes.
 
 This module only finds the tables; the partitioner tags them (`partition/_tied.py`).
 """
@@ -26,7 +28,7 @@ from torch.fx import Node
 
 from xnnfold._meta import DELEGATION_TAG_META_KEY, VAL_META_KEY
 from xnnfold._upstream import schema_of
-from xnnfold.passes._codes import ReasonCode, TIED_COMPUTED, TIED_DTYPE, TIED_QUANTIZED
+from xnnfold.passes._codes import ReasonCode, TIED_OTHER_USE
 from xnnfold.passes.analysis._nodes import (
     constant_fqns,
     external_tag,
@@ -43,8 +45,6 @@ __all__ = ["TiedTable", "TiedTables", "UntiedTable", "find_tied_tables", "tied_a
 _LINEAR: tuple[str, ...] = ("aten::linear",)
 _KEPT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _WEIGHT_INDEX = 1
-# A table read through these in the delegate is stored quantized there.
-_QUANT_NAMESPACES = frozenset({"quantized_decomposed", "torchao"})
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class UntiedTable:
         placeholder: the constant's placeholder.
         fqn: its state_dict (or constants) key.
         gemm: the delegated GEMM that reads it.
-        code: why its two copies differ (XNF517 to XNF519).
+        code: why it is not stored once (XNF517).
     """
 
     placeholder: str
@@ -103,39 +103,11 @@ def _is_linear_weight(table: Node, user: Node) -> bool:
     )
 
 
-def _first_gemm(start: Node, tag: object) -> Optional[Node]:
-    """The first GEMM of the partition ``tag`` reached from ``start`` (breadth first)."""
-    seen: set[Node] = set()
-    frontier = [start]
-    while frontier:
-        following: list[Node] = []
-        for node in frontier:
-            for user in readers(node):
-                if user in seen or user.meta.get(DELEGATION_TAG_META_KEY) != tag:
-                    continue
-                if is_gemm(user):
-                    return user
-                seen.add(user)
-                following.append(user)
-        frontier = following
-    return None
-
-
-def _why_untied(table: Node, inside: list[Node]) -> ReasonCode:
-    val = table.meta.get(VAL_META_KEY)
-    if isinstance(val, torch.Tensor) and val.dtype not in _KEPT_DTYPES:
-        return TIED_QUANTIZED if not val.dtype.is_floating_point else TIED_DTYPE
-    for user in inside:
-        name = _op_name(user) or ""
-        if name.split("::")[0] in _QUANT_NAMESPACES:
-            return TIED_QUANTIZED
-    return TIED_COMPUTED
-
-
 def find_tied_tables(ep: ExportedProgram) -> TiedTables:
     """The constants of a partitioned edge program read both inside a delegate and by an
-    op outside any delegate: tied when every reader inside is a linear taking the table
-    itself, of a dtype XNNPACK keeps, as its weight; untied (with the reason) otherwise.
+    op outside any delegate, that a delegated linear takes as its own weight (in a dtype
+    XNNPACK keeps): tied when every reader inside is such a linear, untied (with the
+    reason, for the first such linear) when the delegate also reads it otherwise.
 
     A constant already tagged for an external file is the user's choice and left out.
     """
@@ -154,14 +126,15 @@ def find_tied_tables(ep: ExportedProgram) -> TiedTables:
         if not inside or not outside:
             continue
         val = node.meta.get(VAL_META_KEY)
-        kept = isinstance(val, torch.Tensor) and val.dtype in _KEPT_DTYPES
-        if kept and all(_is_linear_weight(node, user) for user in inside):
-            assert isinstance(val, torch.Tensor)
-            tied.append(TiedTable(node.name, fqn, val.numel() * val.element_size()))
+        if not isinstance(val, torch.Tensor) or val.dtype not in _KEPT_DTYPES:
             continue
-        gemm = next((g for g in (_first_gemm(node, tag),) if g is not None), None)
-        if gemm is not None:
-            untied.append(UntiedTable(node.name, fqn, gemm.name, _why_untied(node, inside)))
+        weight_of = [user for user in inside if _is_linear_weight(node, user)]
+        if not weight_of:
+            continue
+        if len(weight_of) == len(inside):
+            tied.append(TiedTable(node.name, fqn, val.numel() * val.element_size()))
+        else:
+            untied.append(UntiedTable(node.name, fqn, weight_of[0].name, TIED_OTHER_USE))
     return TiedTables(tuple(tied), tuple(untied))
 
 

@@ -10,7 +10,7 @@ both copies in one ``.ptd``, where the named data store keeps identical bytes on
 the table is stored once whether the rest of the constants stay in the ``.pte`` or not.
 executorch copies a placeholder's metadata onto the copy it makes for the delegate.
 
-An untied table keeps its two copies; its GEMM gets the reason (XNF517 to XNF519) unless
+An untied table keeps its two copies; its GEMM gets the reason (XNF517) unless
 it has one already.
 """
 

@@ -177,6 +177,13 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
         "_BACKEND_PREPARE",
     ),
     "quantize_default_filter": ("torchao", "torchao.quantization.quant_api", "_is_linear"),
+    # The C++ `Module` with an external data file, for executorch 1.4.1, whose
+    # `executorch.runtime` loads no `.ptd` (its `load_program` has no ``data_path``).
+    "load_module_with_data": (
+        "executorch",
+        "executorch.extension.pybindings.portable_lib",
+        "_load_for_executorch",
+    ),
 }
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {

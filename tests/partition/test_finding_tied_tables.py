@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 import torch.nn.functional as F
 from executorch.exir import to_edge_transform_and_lower
@@ -91,6 +92,7 @@ def test_an_embedding_shared_with_a_delegated_linear_is_tied() -> None:
     assert _names(_found(Tied())) == ([("emb.weight", 32 * 8 * 4)], [])
 
 
+@pytest.mark.slow
 def test_a_weight_only_the_delegate_reads_is_not_a_tied_table() -> None:
     assert _names(_found(LinearOnly())) == ([], [])
 
@@ -100,10 +102,12 @@ def test_a_table_the_delegate_also_multiplies_by_is_untied_with_xnf517() -> None
     assert _names(tables) == ([], [("emb.weight", "XNF517")])
 
 
+@pytest.mark.slow
 def test_a_table_the_user_tagged_external_is_left_alone() -> None:
     assert _names(_found(Tied(), p_emb_weight="constant_tag")) == ([], [])
 
 
+@pytest.mark.slow
 def test_the_partitioner_tags_both_copies_for_one_file() -> None:
     edge = to_edge_transform_and_lower(
         torch.export.export(Tied().eval(), INPUTS),

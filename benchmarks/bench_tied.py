@@ -7,11 +7,13 @@ table twice) and with `XnnpackFoldingPartitioner` (a `.pte` and
 ``_default_external_constant.ptd``, the table once). Prints the bytes each writes beside
 the lower bound (the stock program less one copy of the table), the same model untied
 (two tables by design) and, as the control for loading from a ``.ptd``, the stock
-program with ``external_constants=True``; then load time (``load_program`` + ``load_method``, from the
-files) and latency (``execute`` at one sequence length), the programs alternating
-round by round (the control too), medians and ratios, and each program's max abs error against eager.
+program with ``external_constants=True``; then load time (``load_program`` +
+``load_method``, from the files) and latency (``execute`` at one sequence length), the
+programs alternating round by round, the order reversed every other round, medians,
+minimums and ratios, and each program's max abs error against eager.
 
     python benchmarks/bench_tied.py [--rounds 15] [--length 32]
+    python benchmarks/bench_tied.py --files /tmp/bench_tied-XXXX --rounds 61  # time only
 """
 
 from __future__ import annotations
@@ -99,27 +101,38 @@ def _loader(paths: tuple[Path, ...]) -> Callable[[], Any]:
     return load
 
 
-def main(argv: Optional[list[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--length", type=int, default=32)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
+VARIANTS = ("stock", "stock_external", "xnnfold", "untied")
+TIMED = {
+    "stock": "stock",
+    "stock_external": "stock, external_constants=True",
+    "xnnfold": "xnnfold",
+}
 
-    model = language_model(tied=True)
+
+def _saved(work: Path) -> dict[str, tuple[Path, ...]]:
+    """The files a previous run wrote under ``work``, by variant."""
+    return {
+        variant: tuple(sorted((work / variant).iterdir(), key=lambda p: p.suffix != ".pte"))
+        for variant in VARIANTS
+    }
+
+
+def _lower_all(model: nn.Module, work: Path) -> dict[str, tuple[Path, ...]]:
+    """Lower and write every variant under ``work``; print the bytes table."""
     table = VOCAB * HIDDEN * 4
-    work = Path(tempfile.mkdtemp(prefix="bench_tied-"))
     started = time.perf_counter()
-    stock = _write(
-        to_edge_transform_and_lower(
-            _export(model), partitioner=[XnnpackPartitioner()]
-        ).to_executorch(),
-        work / "stock",
-    )
+    paths = {
+        "stock": _write(
+            to_edge_transform_and_lower(
+                _export(model), partitioner=[XnnpackPartitioner()]
+            ).to_executorch(),
+            work / "stock",
+        )
+    }
     stock_lowering = time.perf_counter() - started
-    # The control for load time: stock's program with its constants in a .ptd (the
-    # table's program copy there, the delegate's in the .pte).
-    external = _write(
+    # The control for loading from a .ptd: stock's program with its constants there (the
+    # table's program copy in the .ptd, the delegate's in the .pte).
+    paths["stock_external"] = _write(
         to_edge_transform_and_lower(
             _export(model), partitioner=[XnnpackPartitioner()]
         ).to_executorch(ExecutorchBackendConfig(external_constants=True)),
@@ -127,9 +140,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     )
     started = time.perf_counter()
     edge = xnnfold.lower(model, _example(), dynamic_shapes=DYNAMIC)
-    ours = _write(edge.to_executorch(), work / "xnnfold")
+    paths["xnnfold"] = _write(edge.to_executorch(), work / "xnnfold")
     ours_lowering = time.perf_counter() - started
-    untied = _write(
+    paths["untied"] = _write(
         to_edge_transform_and_lower(
             _export(language_model(tied=False)), partitioner=[XnnpackPartitioner()]
         ).to_executorch(),
@@ -137,67 +150,100 @@ def main(argv: Optional[list[str]] = None) -> None:
     )
     report = xnnfold.explain(edge)
 
-    print(f"table: {VOCAB} x {HIDDEN} float32 = {table:,} bytes")
+    stock = _size(paths["stock"])
+    print(f"table: {VOCAB} x {HIDDEN} float32 = {table:,} bytes; files in {work}")
     print()
     print("| program | files | bytes | vs stock |")
     print("|---|---|---|---|")
-    rows = [
-        ("stock XnnpackPartitioner", stock),
-        ("stock, external_constants=True", external),
-        ("XnnpackFoldingPartitioner", ours),
-        ("same model untied (stock)", untied),
-    ]
-    for name, paths in rows:
-        files = " + ".join(f"{p.name} {p.stat().st_size:,}" for p in paths)
-        print(f"| {name} | {files} | {_size(paths):,} | {_size(paths) / _size(stock):.3f} |")
-    bound = _size(stock) - table
-    print(f"| lower bound (stock less one table) | | {bound:,} | {bound / _size(stock):.3f} |")
+    names = {
+        "stock": "stock XnnpackPartitioner",
+        "stock_external": "stock, external_constants=True",
+        "xnnfold": "XnnpackFoldingPartitioner",
+        "untied": "same model untied (stock)",
+    }
+    for variant, name in names.items():
+        files = " + ".join(f"{p.name} {p.stat().st_size:,}" for p in paths[variant])
+        size = _size(paths[variant])
+        print(f"| {name} | {files} | {size:,} | {size / stock:.3f} |")
+    bound = stock - table
+    print(f"| lower bound (stock less one table) | | {bound:,} | {bound / stock:.3f} |")
     print()
     print(f"explain: {report.bytes_saved:,} bytes saved ({[t.fqn for t in report.shared]})")
     print(f"lowering: stock {stock_lowering:.1f} s, xnnfold {ours_lowering:.1f} s")
+    return paths
 
-    loaders = {
-        "stock": _loader(stock),
-        "stock, external_constants=True": _loader(external),
-        "xnnfold": _loader(ours),
-    }
-    ids = torch.randint(0, VOCAB, (1, args.length), generator=torch.Generator().manual_seed(1))
+
+def _time(
+    model: nn.Module, paths: dict[str, tuple[Path, ...]], *, rounds: int, length: int
+) -> None:
+    """Load and execute the programs round by round, the order reversed every other
+    round; print medians, minimums, ratios and each program's error against eager."""
+    loaders = {TIMED[v]: _loader(paths[v]) for v in TIMED}
+    order = list(loaders)
+    ids = torch.randint(0, VOCAB, (1, length), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = model(ids)
     loads: dict[str, list[float]] = {name: [] for name in loaders}
-    for _ in range(args.rounds):
-        for name, load in loaders.items():
+    for round_ in range(rounds):
+        for name in order if round_ % 2 == 0 else order[::-1]:
             started = time.perf_counter()
-            loaded = load()
+            loaded = loaders[name]()
             loads[name].append(time.perf_counter() - started)
             del loaded
-    loaded = {name: load() for name, load in loaders.items()}
+    methods = {name: load() for name, load in loaders.items()}
     errors = {}
-    for name, (_, method) in loaded.items():
+    for name, (_, method) in methods.items():
         (out,) = method.execute([ids])
         errors[name] = (out - expected).abs().max().item()
         method.execute([ids])  # warm-up
     runs: dict[str, list[float]] = {name: [] for name in loaders}
-    for _ in range(args.rounds):
-        for name, (_, method) in loaded.items():
+    for round_ in range(rounds):
+        for name in order if round_ % 2 == 0 else order[::-1]:
             started = time.perf_counter()
-            method.execute([ids])
+            methods[name][1].execute([ids])
             runs[name].append(time.perf_counter() - started)
 
     print()
-    print(f"interleaved, {args.rounds} rounds, sequence length {args.length}, 1 thread:")
+    print(f"interleaved, {rounds} rounds, sequence length {length}, 1 thread:")
     print()
-    print("| program | load median ms | latency median ms | max abs error vs eager |")
-    print("|---|---|---|---|")
+    print(
+        "| program | load median ms | load min ms | latency median ms | latency min ms | max abs error vs eager |"
+    )
+    print("|---|---|---|---|---|---|")
     for name in loaders:
         print(
             f"| {name} | {statistics.median(loads[name]) * 1e3:.2f} | "
-            f"{statistics.median(runs[name]) * 1e3:.2f} | {errors[name]:.2e} |"
+            f"{min(loads[name]) * 1e3:.2f} | {statistics.median(runs[name]) * 1e3:.2f} | "
+            f"{min(runs[name]) * 1e3:.2f} | {errors[name]:.2e} |"
         )
-    load_ratio = statistics.median(loads["xnnfold"]) / statistics.median(loads["stock"])
-    run_ratio = statistics.median(runs["xnnfold"]) / statistics.median(runs["stock"])
+    ours, stock = "xnnfold", "stock"
     print()
-    print(f"xnnfold / stock: load {load_ratio:.3f}, latency {run_ratio:.3f}")
+    print(
+        "xnnfold / stock: load median "
+        f"{statistics.median(loads[ours]) / statistics.median(loads[stock]):.3f}, min "
+        f"{min(loads[ours]) / min(loads[stock]):.3f}; latency median "
+        f"{statistics.median(runs[ours]) / statistics.median(runs[stock]):.3f}, min "
+        f"{min(runs[ours]) / min(runs[stock]):.3f}"
+    )
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument(
+        "--files",
+        type=Path,
+        help="time the programs a previous run wrote in this directory, without lowering",
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    model = language_model(tied=True)
+    if args.files is not None:
+        paths = _saved(args.files)
+    else:
+        paths = _lower_all(model, Path(tempfile.mkdtemp(prefix="bench_tied-")))
+    _time(model, paths, rounds=args.rounds, length=args.length)
 
 
 if __name__ == "__main__":

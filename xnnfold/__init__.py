@@ -18,17 +18,19 @@ from xnnfold._version import __version__ as __version__
 if TYPE_CHECKING:
     from xnnfold.lowering._lower import lower, to_executorch
     from xnnfold.lowering._runtime import LoadedProgram, run_pte
+    from xnnfold.lowering._save import data_files, save
     from xnnfold.passes import (
         CrossMethodFacts,
         FoldComputedWeightsPass,
         install_preprocess_hook,
         is_preprocess_hook_installed,
+        tie_tables,
         uninstall_preprocess_hook,
         XnnpackFoldingPartitioner,
     )
     from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH
     from xnnfold.passes.fold._unused import remove_unused_constants
-    from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
+    from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow, SharedTable
     from xnnfold.passes.report._summary import ProgramSummary, summarize
     from xnnfold.rewriter import (
         find_sites,
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 _LAZY: dict[str, str] = {
     "ExplainReport": "xnnfold.passes.report._explain",
     "GemmRow": "xnnfold.passes.report._explain",
+    "SharedTable": "xnnfold.passes.report._explain",
     "explain": "xnnfold.passes.report._explain",
     "ProgramSummary": "xnnfold.passes.report._summary",
     "summarize": "xnnfold.passes.report._summary",
@@ -50,6 +53,9 @@ _LAZY: dict[str, str] = {
     "to_executorch": "xnnfold.lowering._lower",
     "LoadedProgram": "xnnfold.lowering._runtime",
     "run_pte": "xnnfold.lowering._runtime",
+    "data_files": "xnnfold.lowering._save",
+    "save": "xnnfold.lowering._save",
+    "tie_tables": "xnnfold.passes",
     "remove_unused_constants": "xnnfold.passes.fold._unused",
     "DEFAULT_GROWTH_BUDGET": "xnnfold.passes._options",
     "GrowthBudget": "xnnfold.passes._options",
@@ -92,7 +98,11 @@ __all__ = [
     "prepare_for_xnnpack",
     "remove_unused_constants",
     "run_pte",
+    "SharedTable",
+    "data_files",
+    "save",
     "summarize",
+    "tie_tables",
     "to_executorch",
     "uninstall_preprocess_hook",
     "unprepare_for_xnnpack",

@@ -16,6 +16,7 @@ from typing import Final, Optional
 __all__ = [
     "CUSTOM_META_KEY",
     "DELEGATION_TAG_META_KEY",
+    "EXTERNAL_CONSTANT_TAG",
     "EXTERNAL_TAG_KEYS",
     "FOLD_MARK_KEYS",
     "FOLD_META_KEY",
@@ -89,3 +90,7 @@ EXTERNAL_TAG_KEYS: Final[tuple[tuple[Optional[str], str], ...]] = (
     ("custom", "delegate_constant_tag"),
     (None, "constant_tag"),
 )
+# The tag `ExecutorchBackendConfig(external_constants=True)` gives every program constant
+# (executorch.exir.passes.external_constants_pass): its file is "<tag>.ptd". Tied tables
+# are tagged with it too, so both configurations keep them in one file.
+EXTERNAL_CONSTANT_TAG: Final = "_default_external_constant"

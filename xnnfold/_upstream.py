@@ -78,6 +78,7 @@ __all__ = [
     "conv_forward",
     "default_decomposition_table",
     "exir_ops",
+    "external_data_files_of",
     "forward_pre_hooks_of",
     "is_fake",
     "optional_internal",
@@ -198,6 +199,13 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
         "_BACKEND_PREPARE",
     ),
     "quantize_default_filter": ("torchao", "torchao.quantization.quant_api", "_is_linear"),
+    # The C++ `Module` with an external data file, for executorch 1.4.1, whose
+    # `executorch.runtime` loads no `.ptd` (its `load_program` has no ``data_path``).
+    "load_module_with_data": (
+        "executorch",
+        "executorch.extension.pybindings.portable_lib",
+        "_load_for_executorch",
+    ),
 }
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {
@@ -345,6 +353,13 @@ def warn_if_deprecated_to_backend(partitioner: Any) -> None:
 def set_graph_signature(ep: ExportedProgram, signature: ExportGraphSignature) -> None:
     """Replace ``ep``'s signature in place (torch exposes no setter; its passes do the same)."""
     ep._graph_signature = signature
+
+
+def external_data_files_of(program: Any) -> tuple[str, ...]:
+    """The names of the external data files (``<name>.ptd``) an `ExecutorchProgramManager`
+    writes with ``write_tensor_data_to_file``; executorch lists them only as
+    ``_tensor_data``, keyed by name."""
+    return tuple(sorted(getattr(program, "_tensor_data", None) or {}))
 
 
 def real_value_of_fake(value: torch.Tensor) -> Optional[torch.Tensor]:

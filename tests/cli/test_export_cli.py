@@ -51,9 +51,23 @@ MODELS = textwrap.dedent(
             return F.conv1d(x, self.conv.weight * x.abs().mean(), self.conv.bias, padding=1)
 
 
+    class TiedHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(256, 16)
+
+        def forward(self, ids):
+            return F.linear(torch.tanh(self.emb(ids)), self.emb.weight)
+
+
     def good():
         torch.manual_seed(0)
         return WeightNormConv().eval(), (torch.randn(1, 8, 32),)
+
+
+    def tied():
+        torch.manual_seed(0)
+        return TiedHead().eval(), (torch.randint(0, 256, (5,)),)
 
 
     def dynamic():
@@ -141,6 +155,23 @@ def test_writes_a_pte_that_matches_eager(
     assert table in out
     assert f"{pte.stat().st_size:,} bytes" in out
     assert "GEMMs delegated: 1 of 1 (1 with computed weights folded)" in out
+
+
+def test_a_tied_table_is_written_once_beside_the_pte(
+    models: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pte = tmp_path / "tied.pte"
+    assert main(["export", f"{models}:tied", "-o", str(pte)]) == 0
+
+    ptd = tmp_path / "_default_external_constant.ptd"
+    out = capsys.readouterr().out
+    assert f"wrote {ptd}: {ptd.stat().st_size:,} bytes" in out
+    assert "tied table emb.weight (forward): stored once" in out
+    assert pte.stat().st_size < 256 * 16 * 4 < ptd.stat().st_size
+    model, (ids,) = _load(tmp_path / f"{models}.py").tied()
+    (logits,) = xnnfold.run_pte(pte.read_bytes(), (ids,), data_path=ptd)
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(ids), atol=1e-5, rtol=1e-5)
 
 
 def test_puts_a_training_mode_model_in_eval_mode(

@@ -128,7 +128,7 @@ def test_the_swapped_preparation_acts_only_on_the_exporting_thread() -> None:
     from xnnfold.integrations._transformers import _FoldingPreparation
 
     preparation = _FoldingPreparation(
-        prepare_for_xnnpack, XnnpackPartitioner, thread=threading.get_ident()
+        prepare_for_xnnpack, XnnpackPartitioner, thread=threading.get_ident(), tie_tables=False
     )
     elsewhere: list[Any] = []
     other = threading.Thread(
@@ -289,3 +289,38 @@ def test_the_saved_export_loads_and_matches_eager(tmp_path: Path) -> None:
         expected = model(**_inputs())[0]
     loaded = ExportedModel.from_pretrained(tmp_path)
     torch.testing.assert_close(loaded(**_inputs())[0], expected, atol=1e-5, rtol=1e-4)
+
+
+def _tied_llama() -> Any:
+    t = _transformers()
+    config = t.LlamaConfig(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(_SEED)
+    return t.LlamaForCausalLM(config).eval()
+
+
+@pytest.mark.slow
+@pytest.mark.runtime
+def test_tie_tables_stores_a_tied_embedding_once(tmp_path: Path) -> None:
+    from xnnfold.integrations.transformers import export
+
+    model = _tied_llama()
+    ids = torch.randint(0, 1000, (1, 8), generator=torch.Generator().manual_seed(1))
+    table = 1000 * 64 * 4
+    default = export(model, {"input_ids": ids}).program
+    assert xnnfold.data_files(default) == ()
+    tied = export(model, {"input_ids": ids}, tie_tables=True).program
+    assert xnnfold.explain(tied).bytes_saved == table
+    paths = xnnfold.save(tied, tmp_path / "model.pte")
+    assert sum(p.stat().st_size for p in paths) <= len(default.buffer) - 0.9 * table
+    logits = xnnfold.run_pte(paths[0].read_bytes(), [ids], data_path=paths[1])[0]
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(input_ids=ids).logits, atol=1e-5, rtol=1e-4)

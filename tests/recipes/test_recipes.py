@@ -345,3 +345,30 @@ def test_torchao_recipe_folds_the_computed_weights_it_leaves_alone(recipe: str) 
     error = float((output - expected).abs().max())
     stock_error = float((stock_output - expected).abs().max())
     assert error <= stock_error * QUANTIZED_SLACK + 1e-6, (error, stock_error)
+
+
+class _TiedHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(1024, 64)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(torch.tanh(self.emb(ids)), self.emb.weight)
+
+
+@pytest.mark.slow
+@pytest.mark.runtime
+def test_tie_tables_stores_a_tied_table_once(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    model = _TiedHead().eval()
+    ids = torch.randint(0, 1024, (8,), generator=torch.Generator().manual_seed(1))
+    default = export_with_recipe(model, [(ids,)], ExportRecipe.get_recipe(XnnfoldRecipeType.FP32))
+    assert xnnfold.data_files(default.get_executorch_program_manager()) == ()
+    session = export_with_recipe(
+        model, [(ids,)], ExportRecipe.get_recipe(XnnfoldRecipeType.FP32, tie_tables=True)
+    )
+    paths = xnnfold.save(session.get_executorch_program_manager(), tmp_path / "tied.pte")
+    table = 1024 * 64 * 4
+    assert sum(p.stat().st_size for p in paths) <= len(default.get_pte_buffer()) - 0.9 * table
+    (logits,) = xnnfold.run_pte(paths[0].read_bytes(), [ids], data_path=paths[1])
+    torch.testing.assert_close(logits, model(ids), atol=1e-5, rtol=1e-5)

@@ -295,6 +295,7 @@ def _lower_and_write(
     args: argparse.Namespace,
 ) -> int:
     from xnnfold.lowering._lower import lower
+    from xnnfold.lowering._save import save
     from xnnfold.passes.report._explain import explain
     from xnnfold.passes.report._summary import summarize
     from xnnfold.testing import _outside_lines
@@ -315,19 +316,24 @@ def _lower_and_write(
     if outside and args.check:
         lines = [*_outside_lines(report), f"{str(args.output)!r} not written."]
         return _fail("--check failed: " + "\n".join(lines), EXIT_FAILED)
-    buffer = edge.to_executorch().buffer
     try:
-        args.output.write_bytes(buffer)
+        pte, *data = save(edge.to_executorch(), args.output)
     except OSError as error:
         return _fail(f"cannot write {str(args.output)!r}: {error}")
     delegated = sum(1 for row in report.rows if row.delegated)
     folded = sum(1 for row in report.rows if row.folded)
     print(
-        f"wrote {args.output}: {len(buffer):,} bytes; GEMMs delegated: {delegated} of "
+        f"wrote {pte}: {pte.stat().st_size:,} bytes; GEMMs delegated: {delegated} of "
         f"{len(report.rows)} ({folded} with computed weights folded); "
         f"delegates: {summary.delegates}; "
         f"ops outside delegates: {summary.outside_ops_text()}"
     )
+    for path in data:
+        # A tied table, stored once beside the .pte (docs/tied-tables.md).
+        print(
+            f"wrote {path}: {path.stat().st_size:,} bytes, the external data the .pte "
+            f"loads with (data_path={str(path)!r})"
+        )
     if outside:
         print(
             f"{_PREFIX}: warning: {outside} GEMM(s) left outside a delegate (see the "

@@ -137,10 +137,13 @@ class _FoldingPreparation:
     model's computed weights marked. On any other thread, or once ``thread`` is None, the
     stock one alone."""
 
-    def __init__(self, stock: Preparation, stock_partitioner: type, thread: int) -> None:
+    def __init__(
+        self, stock: Preparation, stock_partitioner: type, thread: int, *, tie_tables: bool
+    ) -> None:
         self.stock = stock
         self.stock_partitioner = stock_partitioner
         self.thread: Optional[int] = thread
+        self.tie_tables = tie_tables
         # The models this preparation marked, for `export` to unmark.
         self.marked: list[Any] = []
         # How many partitioner lists it swapped on ``thread``: `export` refuses a program
@@ -173,13 +176,19 @@ class _FoldingPreparation:
         # The preparation runs once per export: one lowering, one set of facts.
         facts = CrossMethodFacts()
         return [
-            XnnpackFoldingPartitioner(facts=facts) if type(p) is self.stock_partitioner else p
+            XnnpackFoldingPartitioner(facts=facts, tie_tables=self.tie_tables)
+            if type(p) is self.stock_partitioner
+            else p
             for p in partitioners
         ]
 
 
 def export(
-    model: Any, sample_inputs: MutableMapping[str, Any], config: Optional[Any] = None
+    model: Any,
+    sample_inputs: MutableMapping[str, Any],
+    config: Optional[Any] = None,
+    *,
+    tie_tables: bool = False,
 ) -> Any:
     """``ExecutorchExporter().export(model, sample_inputs, config)`` with xnnfold's folding
     partitioner in place of the stock ``XnnpackPartitioner``.
@@ -190,6 +199,12 @@ def export(
         sample_inputs: the forward kwargs, as for the exporter (``{"input_values": ...}``).
         config: an ``ExecutorchConfig`` with ``backend="xnnpack"``, a dict of its fields, or
             None for ``ExecutorchConfig(backend="xnnpack")``.
+        tie_tables: store a tied embedding (``tie_word_embeddings``) once, in
+            ``_default_external_constant.ptd`` (`XnnpackFoldingPartitioner`'s option,
+            docs/tied-tables.md). Off by default: the exporter's ``save_pretrained`` and
+            its runner read a ``.pte`` alone, so they cannot load such a program; write it
+            with ``xnnfold.save(exported.program, "model.pte")`` and load it with its
+            ``.ptd`` instead.
 
     Returns:
         The exporter's ``ExportedModel``: ``.program`` is the ``ExecutorchProgramManager``
@@ -226,7 +241,9 @@ def export(
                 f"transformers' backend preparation table has no {XNNPACK_BACKEND!r} entry "
                 f"(it has {sorted(table)})"
             )
-        preparation = _FoldingPreparation(stock, XnnpackPartitioner, threading.get_ident())
+        preparation = _FoldingPreparation(
+            stock, XnnpackPartitioner, threading.get_ident(), tie_tables=tie_tables
+        )
         table[XNNPACK_BACKEND] = preparation
         try:
             exported = exporter.export(model, sample_inputs, config)

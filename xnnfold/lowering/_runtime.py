@@ -2,30 +2,74 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import inspect
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 from executorch.runtime import Runtime
 
+from xnnfold import _upstream
+
 __all__ = ["LoadedProgram", "run_pte"]
+
+DataPath = Union[str, "os.PathLike[str]"]
+_DATA_PATH = "data_path"
+
+
+def _runtime_loads_data() -> bool:
+    """Whether the installed `executorch.runtime` takes an external data file (1.5.0 on)."""
+    return _DATA_PATH in inspect.signature(Runtime.load_program).parameters
 
 
 class LoadedProgram:
     """A loaded `.pte` method.
 
     Holds the runtime `Program` for as long as the `Method`: a method borrows from its
-    program, and a program freed first makes ``execute`` crash at random.
+    program, and a program freed first makes ``execute`` crash at random. ``data_path``
+    is the external data file (``.ptd``) the program needs, if any (`xnnfold.save`
+    writes it beside the ``.pte``). executorch 1.4.1's `executorch.runtime` loads no
+    external data; there the program runs on the C++ `Module` its pybindings expose, which
+    does.
     """
 
-    def __init__(self, buffer: bytes, method: str = "forward") -> None:
+    def __init__(
+        self, buffer: bytes, method: str = "forward", *, data_path: Optional[DataPath] = None
+    ) -> None:
         self._buffer = buffer
-        self._program = Runtime.get().load_program(buffer)
-        self._method = self._program.load_method(method)
+        self._files: Optional[tempfile.TemporaryDirectory[str]] = None
+        self._execute: Callable[[list[Any]], Sequence[Any]]
+        if data_path is None:
+            self._program: Any = Runtime.get().load_program(buffer)
+            self._method = self._program.load_method(method)
+            self._execute = self._method.execute
+        elif _runtime_loads_data():
+            self._program = Runtime.get().load_program(buffer, data_path=os.fspath(data_path))
+            self._method = self._program.load_method(method)
+            self._execute = self._method.execute
+        else:
+            # The C++ Module loads from a path only.
+            self._files = tempfile.TemporaryDirectory(prefix="xnnfold-")
+            pte = Path(self._files.name) / "program.pte"
+            pte.write_bytes(buffer)
+            self._program = _upstream.load_module_with_data(
+                str(pte), data_path=os.fspath(data_path)
+            )
+            self._execute = lambda inputs: self._program.run_method(method, tuple(inputs))
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[Any]:
-        return list(self._method.execute(list(inputs)))
+        return list(self._execute(list(inputs)))
 
 
-def run_pte(buffer: bytes, inputs: Sequence[torch.Tensor], method: str = "forward") -> list[Any]:
-    """Execute ``method`` of a `.pte` once and return its outputs."""
-    return LoadedProgram(buffer, method)(inputs)
+def run_pte(
+    buffer: bytes,
+    inputs: Sequence[torch.Tensor],
+    method: str = "forward",
+    *,
+    data_path: Optional[DataPath] = None,
+) -> list[Any]:
+    """Execute ``method`` of a `.pte` once (with its ``.ptd``, if it needs one) and
+    return its outputs."""
+    return LoadedProgram(buffer, method, data_path=data_path)(inputs)

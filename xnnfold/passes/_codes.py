@@ -119,5 +119,12 @@ BEYOND_BUDGET: Final = _code(
     "beyond-budget",
     "a fold that grows the program would take more bytes than growth_budget leaves",
 )
+# A tied table (a delegated GEMM's weight the program also reads) that stays stored twice.
+TIED_OTHER_USE: Final = _code(
+    "XNF517",
+    "tied-other-use",
+    "a table the program reads is stored twice: the delegate also reads it otherwise than "
+    "as a linear's own weight",
+)
 # The stock XNNPACK config's own reason (dtype, rank, options ...), passed on as it is.
 STOCK: Final = _code("XNF590", "stock", "executorch's XNNPACK config declined the GEMM")

@@ -97,7 +97,7 @@ def _differences(stock: XnnpackPartitioner, folding: XnnpackFoldingPartitioner) 
 
 
 def folding_partitioner_like(
-    stock: XnnpackPartitioner, *, recipe: str
+    stock: XnnpackPartitioner, *, recipe: str, tie_tables: bool = False
 ) -> XnnpackFoldingPartitioner:
     """An `XnnpackFoldingPartitioner` configured as ``stock`` is.
 
@@ -116,6 +116,7 @@ def folding_partitioner_like(
         [type(config) for config in configs],
         _precisions(configs),
         stock.per_op_mode,
+        tie_tables=tie_tables,
         **_options(configs),
     )
     differences = _differences(stock, folding)
@@ -127,9 +128,9 @@ def folding_partitioner_like(
     return folding
 
 
-def _replaced(partitioners: list[Any], *, recipe: str) -> list[Any]:
+def _replaced(partitioners: list[Any], *, recipe: str, tie_tables: bool) -> list[Any]:
     return [
-        folding_partitioner_like(p, recipe=recipe)
+        folding_partitioner_like(p, recipe=recipe, tie_tables=tie_tables)
         if isinstance(p, XnnpackPartitioner) and not isinstance(p, XnnpackFoldingPartitioner)
         else p
         for p in partitioners
@@ -137,7 +138,10 @@ def _replaced(partitioners: list[Any], *, recipe: str) -> list[Any]:
 
 
 def replace_partitioners(
-    partitioners: Optional[list[Any] | dict[str, list[Any]]], *, recipe: str
+    partitioners: Optional[list[Any] | dict[str, list[Any]]],
+    *,
+    recipe: str,
+    tie_tables: bool = False,
 ) -> Optional[list[Any] | dict[str, list[Any]]]:
     """``partitioners`` (a list, or one list per method, as `LoweringRecipe` takes them)
     with each `XnnpackPartitioner` replaced by `folding_partitioner_like` it; other
@@ -145,5 +149,8 @@ def replace_partitioners(
     if partitioners is None:
         return None
     if isinstance(partitioners, dict):
-        return {method: _replaced(listed, recipe=recipe) for method, listed in partitioners.items()}
-    return _replaced(partitioners, recipe=recipe)
+        return {
+            method: _replaced(listed, recipe=recipe, tie_tables=tie_tables)
+            for method, listed in partitioners.items()
+        }
+    return _replaced(partitioners, recipe=recipe, tie_tables=tie_tables)

@@ -29,6 +29,9 @@ from xnnfold.recipes._partitioners import replace_partitioners
 from xnnfold.recipes._torchao import guard_quantization
 from xnnfold.recipes._types import BACKEND_NAME, XnnfoldRecipeType
 
+# The keyword of ``ExportRecipe.get_recipe`` that turns tied tables on (off by default).
+TIE_TABLES_OPTION = "tie_tables"
+
 __all__ = ["XnnfoldRecipeProvider", "stock_recipe_type"]
 
 
@@ -59,15 +62,25 @@ class XnnfoldRecipeProvider(BackendRecipeProvider):
 
     def create_recipe(self, recipe_type: RecipeType, **kwargs: Any) -> ExportRecipe | None:
         """The stock recipe of ``recipe_type``'s name with the folding partitioner, or
-        None for a recipe type that is not xnnfold's (as the registry expects)."""
+        None for a recipe type that is not xnnfold's (as the registry expects).
+
+        ``tie_tables=True`` (a keyword of ``ExportRecipe.get_recipe``) stores a tied table
+        once, in ``_default_external_constant.ptd`` (docs/tied-tables.md). Off by default:
+        an ``ExportSession`` saves and runs a ``.pte`` alone (``save_to_pte``,
+        ``run_method``), which cannot load such a program; write it with
+        ``xnnfold.save(session.get_executorch_program_manager(), "model.pte")``."""
         if not isinstance(recipe_type, XnnfoldRecipeType):
             return None
+        tie_tables = bool(kwargs.pop(TIE_TABLES_OPTION, False))
         stock = ExportRecipe.get_recipe(stock_recipe_type(recipe_type), **kwargs)
         name = recipe_type.value
         lowering = stock.lowering_recipe
         if lowering is not None:
             lowering = dataclasses.replace(
-                lowering, partitioners=replace_partitioners(lowering.partitioners, recipe=name)
+                lowering,
+                partitioners=replace_partitioners(
+                    lowering.partitioners, recipe=name, tie_tables=tie_tables
+                ),
             )
         return dataclasses.replace(
             stock,

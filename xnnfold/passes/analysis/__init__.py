@@ -41,6 +41,13 @@ from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
 from xnnfold.passes.analysis._scope import analysis_scope, AnalysisCache, new_analysis_cache
 from xnnfold.passes.analysis._structure import computation_key
+from xnnfold.passes.analysis._tied import (
+    find_tied_tables,
+    tied_across_methods,
+    TiedTable,
+    TiedTables,
+    UntiedTable,
+)
 from xnnfold.passes.analysis._verdict import (
     decide,
     Decision,
@@ -66,6 +73,9 @@ __all__ = [
     "RoundDecisions",
     "Stage",
     "Verdict",
+    "TiedTable",
+    "TiedTables",
+    "UntiedTable",
     "WeightComputation",
     "addmm_problem",
     "addmm_scales",
@@ -76,6 +86,7 @@ __all__ = [
     "decide",
     "deconvolution_problem",
     "external_tag",
+    "find_tied_tables",
     "find_weight_computation",
     "gemm_positions",
     "is_constant_node",
@@ -91,6 +102,7 @@ __all__ = [
     "shared_kernel_problem",
     "site_of",
     "stored_constants",
+    "tied_across_methods",
     "value_bytes",
     "written_elsewhere",
 ]

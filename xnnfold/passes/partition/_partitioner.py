@@ -48,6 +48,7 @@ from xnnfold.passes._ops import (
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import (
     analysis_scope,
+    find_tied_tables,
     FIRST_ROUND,
     new_analysis_cache,
     NO_FACTS,
@@ -83,6 +84,7 @@ from xnnfold.passes.partition._outcome import (
     record_reasons,
     write_marks,
 )
+from xnnfold.passes.partition._tied import tag_tied_tables
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
 )
@@ -138,6 +140,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         facts: the `CrossMethodFacts` of the lowering this partitioner serves, shared by
             every partitioner of that lowering (one object per lowering). By default the
             thread's own, which a lowering started after a partition replaces.
+        tie_tables: store a tied table once (docs/tied-tables.md): a constant a
+            delegated linear takes as its weight and an op outside the delegate also
+            reads (an embedding shared with the lm_head) is tagged for executorch's
+            default external data file, ``_default_external_constant.ptd``, for the
+            program's copy and the delegate's alike, where it is stored once. The
+            program then loads with that file (``data_path``); False keeps both copies
+            in the ``.pte``, as the stock partitioner does.
         **config_options: handed to every config class, as `XnnpackPartitioner` hands
             its keywords: ``force_non_static_weights_for_f32_linear``, ``enable_bf16``
             (executorch 1.5.0 and later), and the options of config classes given in
@@ -171,6 +180,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         keep_decomposition_filter: bool = False,
         growth_budget: GrowthBudget = DEFAULT_GROWTH_BUDGET,
         facts: Optional[CrossMethodFacts] = None,
+        tie_tables: bool = True,
         **config_options: Any,
     ) -> None:
         check_releases()
@@ -202,6 +212,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             config_options.get(FORCE_NON_STATIC_WEIGHTS_OPTION, False)
         )
         self.keep_decomposition_filter = keep_decomposition_filter
+        self.tie_tables = tie_tables
         # What every config is built with, as `XnnpackPartitioner` builds them.
         self._precisions = (
             [config_precisions]
@@ -450,4 +461,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 exported_program, program_facts.written_buffers, self.options
             )
         record_reasons(exported_program, stock_reasons, findings)
+        if self.tie_tables:
+            tag_tied_tables(exported_program, find_tied_tables(exported_program))
         return result

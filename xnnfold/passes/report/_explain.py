@@ -23,8 +23,9 @@ from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
 from xnnfold.passes.report._reasons import module_path
+from xnnfold.passes.report._tied import shared_tables, SharedTable
 
-__all__ = ["ExplainReport", "GemmRow", "explain"]
+__all__ = ["ExplainReport", "GemmRow", "SharedTable", "explain"]
 
 Program = Union[EdgeProgramManager, ExecutorchProgramManager, ExportedProgram]
 
@@ -73,9 +74,19 @@ class GemmRow:
 
 @dataclass(frozen=True)
 class ExplainReport:
-    """Every GEMM of a lowered program; ``str(report)`` is a printable table."""
+    """Every GEMM of a lowered program; ``str(report)`` is a printable table.
+
+    ``shared`` lists the tied tables the program stores once (`SharedTable`: a constant a
+    delegated linear takes as its weight and the program also reads, in one ``.ptd``).
+    """
 
     rows: tuple[GemmRow, ...]
+    shared: tuple[SharedTable, ...] = ()
+
+    @property
+    def bytes_saved(self) -> int:
+        """Bytes the tied tables stored once save (each table once)."""
+        return sum({table.fqn: table.nbytes for table in self.shared}.values())
 
     @property
     def outside(self) -> tuple[GemmRow, ...]:
@@ -127,6 +138,11 @@ class ExplainReport:
             f"{len(self.rows)} GEMMs: {len(self.rows) - outside} delegated "
             f"({len(self.folded)} with folded weights), {outside} on portable"
         )
+        for table in self.shared:
+            out.append(
+                f"tied table {table.fqn} ({table.method}): stored once in {table.file}.ptd "
+                f"for the program and its delegate, {table.nbytes:,} bytes saved"
+            )
         beyond = sum(r.code == BEYOND_BUDGET.code for r in self.rows)
         if grows:
             out.append(
@@ -260,4 +276,4 @@ def explain(program: Program) -> ExplainReport:
             f"ExportedProgram), got {type(program).__name__}"
         )
     rows = [row for method, ep in _methods(program) for row in _rows(method, ep)]
-    return ExplainReport(tuple(rows))
+    return ExplainReport(tuple(rows), shared_tables(program))

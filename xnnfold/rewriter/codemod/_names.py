@@ -103,6 +103,7 @@ FOLDING_PARTITIONER_OPTIONS: Final = (
     "keep_decomposition_filter",
     "growth_budget",
     "facts",
+    "tie_tables",
 )
 
 # GEMMs whose weight argument is examined in forward: name -> (weight index, bias index).

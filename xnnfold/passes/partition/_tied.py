@@ -1,0 +1,86 @@
+"""Store a tied table once: tag both its copies for the same external data file.
+
+`find_tied_tables` finds the constants a delegated linear takes as its weight and
+an op outside the delegate also reads. Tagging such a placeholder with executorch's two
+external-data tags, the one XNNPACK's node visitor reads for the delegate's copy
+(``meta["custom"]["delegate_constant_tag"]``) and the one the emitter reads for the
+program's (``meta["constant_tag"]``), both under executorch's default external tag, puts
+both copies in one ``.ptd``, where the named data store keeps identical bytes once.
+``to_executorch(ExecutorchBackendConfig(external_constants=True))`` writes the same tag, so
+the table is stored once whether the rest of the constants stay in the ``.pte`` or not.
+executorch copies a placeholder's metadata onto the copy it makes for the delegate.
+
+An untied table keeps its two copies; its GEMM gets the reason (XNF517) unless
+it has one already.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from torch.export import ExportedProgram
+
+from xnnfold._meta import (
+    EXTERNAL_CONSTANT_TAG,
+    EXTERNAL_TAG_KEYS,
+    REASON_CODE_META_KEY,
+    REASON_META_KEY,
+)
+from xnnfold.passes.analysis import tied_across_methods, TiedTables
+
+__all__ = ["tag_external", "tag_tied_tables", "tie_tables"]
+
+
+def tag_external(ep: ExportedProgram, placeholders: frozenset[str]) -> None:
+    """Tag ``placeholders`` of ``ep`` for executorch's default external data file, for
+    the program's copy and a delegate's alike."""
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in placeholders:
+            continue
+        for meta_key, tag_key in EXTERNAL_TAG_KEYS:
+            meta = node.meta.setdefault(meta_key, {}) if meta_key is not None else node.meta
+            meta[tag_key] = EXTERNAL_CONSTANT_TAG
+
+
+def tag_tied_tables(ep: ExportedProgram, tables: TiedTables) -> None:
+    """Tag the tied tables of a partitioned program for one `.ptd`; give the GEMM of an
+    untied one its reason."""
+    tag_external(ep, frozenset(t.placeholder for t in tables.tied))
+    by_name = {node.name: node for node in ep.graph.nodes}
+    for untied in tables.untied:
+        gemm = by_name[untied.gemm]
+        if gemm.meta.get(REASON_META_KEY) is None:
+            gemm.meta[REASON_META_KEY] = f"{untied.code.summary} ({untied.fqn})"
+            gemm.meta[REASON_CODE_META_KEY] = untied.code.code
+
+
+def tie_tables(programs: Mapping[str, ExportedProgram]) -> dict[str, tuple[str, ...]]:
+    """Store once a table one method reads as a linear's weight and another reads
+    otherwise, as an embedding: call on the exported programs before
+    ``to_edge_transform_and_lower``.
+
+    Each method is partitioned on its own, so the partitioner of the method that only
+    looks the table up cannot know another method's delegate stores it too; this tags the
+    table in every method that reads it for executorch's default external data file,
+    where it is then stored once. The methods must hold the same tensor (export them from
+    modules that share the parameter).
+
+    Args:
+        programs: the exported (ATen) programs by method name, as given to
+            ``to_edge_transform_and_lower``.
+
+    Returns:
+        The placeholders tagged, by method; empty when no table is shared across methods
+        (then nothing is changed).
+    """
+    if not isinstance(programs, Mapping) or not all(
+        isinstance(ep, ExportedProgram) for ep in programs.values()
+    ):
+        raise TypeError(
+            "xnnfold.tie_tables expects a dict of method name to torch.export's "
+            f"ExportedProgram, as given to to_edge_transform_and_lower; got {type(programs).__name__}"
+        )
+    found = tied_across_methods(dict(programs))
+    for method, placeholders in found.items():
+        tag_external(programs[method], frozenset(placeholders))
+    return found

@@ -7,6 +7,7 @@ through executorch.runtime) are in tests/end_to_end/test_tied_tables.py.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -144,3 +145,15 @@ def test_tie_tables_needs_the_same_tensor_in_both_methods() -> None:
     }
     assert xnnfold.tie_tables(programs) == {}
     assert all(external_tag(n) is None for ep in programs.values() for n in ep.graph.nodes)
+
+
+def test_storing_a_table_in_a_data_file_is_said_with_the_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The `.pte` alone no longer loads: the partitioner says which file it needs."""
+    ep = torch.export.export(Tied().eval(), INPUTS)
+    with caplog.at_level(logging.WARNING, logger="xnnfold"):
+        to_edge_transform_and_lower(ep, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
+    (message,) = [r.getMessage() for r in caplog.records if "tied table" in r.getMessage()]
+    assert "emb.weight" in message and f"{EXTERNAL_CONSTANT_TAG}.ptd" in message
+    assert "tie_tables=False" in message

@@ -16,6 +16,7 @@ it has one already.
 
 from __future__ import annotations
 
+import logging
 from typing import Mapping
 
 from torch.export import ExportedProgram
@@ -29,6 +30,9 @@ from xnnfold._meta import (
 from xnnfold.passes.analysis import tied_across_methods, TiedTables
 
 __all__ = ["tag_external", "tag_tied_tables", "tie_tables"]
+
+# The partitioner's warnings keep the logger name users configure and filter by.
+logger = logging.getLogger("xnnfold.passes.partition._partitioner")
 
 
 def tag_external(ep: ExportedProgram, placeholders: frozenset[str]) -> None:
@@ -46,6 +50,17 @@ def tag_tied_tables(ep: ExportedProgram, tables: TiedTables) -> None:
     """Tag the tied tables of a partitioned program for one `.ptd`; give the GEMM of an
     untied one its reason."""
     tag_external(ep, frozenset(t.placeholder for t in tables.tied))
+    for table in tables.tied:
+        # The .pte alone no longer holds the table: say so where it happens.
+        logger.warning(
+            "xnnfold: the tied table '%s' (%d bytes) is stored once, in '%s.ptd'; the "
+            ".pte loads only with that file: write both with xnnfold.save(et, path) or "
+            "et.write_tensor_data_to_file(folder), or keep it in the .pte with "
+            "XnnpackFoldingPartitioner(tie_tables=False)",
+            table.fqn,
+            table.nbytes,
+            EXTERNAL_CONSTANT_TAG,
+        )
     by_name = {node.name: node for node in ep.graph.nodes}
     for untied in tables.untied:
         gemm = by_name[untied.gemm]

@@ -72,6 +72,7 @@ from xnnfold.passes.partition._facts import constant_facts, ConstantFact
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
 from xnnfold.passes.partition._matching import matched_to_fixed_point
 from xnnfold.passes.partition._outcome import check_preserved_were_delegated, record_reasons
+from xnnfold.passes.partition._rank import within_xnnpack_rank
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
 )
@@ -252,8 +253,11 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The stock partitions, unless GEMMs that share a weight computation (a packed
         projection's split) were grouped into a partition that forms a dependency cycle
-        with another: then the groups are merged by `acyclic_grouping` instead."""
+        with another: then the groups are merged by `acyclic_grouping` instead. Groups
+        that would give XNNPACK a tensor of more than 6 dimensions are left out first
+        (`within_xnnpack_rank`): its runtime refuses to load them."""
         groups, findings = self._matched(ep)
+        groups = within_xnnpack_rank(ep, groups)
         partitions = self._stock_partitions(ep, groups)
         if not findings.shared_folds or contracted_acyclic(
             ep.graph, [list(p.nodes) for p in partitions]

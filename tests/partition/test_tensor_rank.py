@@ -91,3 +91,44 @@ def test_without_computed_weights_the_program_loads_equal_to_eager(fold: bool) -
         expected = model(*_inputs())
     (actual,) = xnnfold.run_pte(buffer, _inputs())
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+class SevenDimLinear(nn.Module):
+    """A linear on a 7-D activation: kept whole it would be a 7-D delegate input."""
+
+    def __init__(self, *, computed: bool = True) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        if computed:
+            weight_norm(self.lin)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def _seven_d_activation() -> tuple[torch.Tensor]:
+    return (torch.randn(1, 1, 2, 1, 1, 2, 8, generator=torch.Generator().manual_seed(1)),)
+
+
+def test_linear_on_seven_dims_decomposes_and_folds() -> None:
+    # Not kept whole (no kernel would take it): its 2D addmm is delegated with the fold.
+    model = SevenDimLinear().eval()
+    edge = xnnfold.lower(model, _seven_d_activation())
+    report = xnnfold.explain(edge)
+    assert [(row.op, row.delegated, row.folded) for row in report.rows] == [
+        ("addmm", True, ("weight",))
+    ], report
+    with torch.no_grad():
+        expected = model(*_seven_d_activation())
+    (actual,) = xnnfold.run_pte(edge.to_executorch().buffer, _seven_d_activation())
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_on_seven_dims_without_computed_weight_loads() -> None:
+    model = SevenDimLinear(computed=False).eval()
+    ep = torch.export.export(model, _seven_d_activation())
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackFoldingPartitioner()])
+    with torch.no_grad():
+        expected = model(*_seven_d_activation())
+    (actual,) = xnnfold.run_pte(edge.to_executorch().buffer, _seven_d_activation())
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)

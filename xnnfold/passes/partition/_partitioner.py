@@ -72,7 +72,7 @@ from xnnfold.passes.partition._facts import constant_facts, ConstantFact
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
 from xnnfold.passes.partition._matching import matched_to_fixed_point
 from xnnfold.passes.partition._outcome import check_preserved_were_delegated, record_reasons
-from xnnfold.passes.partition._rank import within_xnnpack_rank
+from xnnfold.passes.partition._rank import over_rank, within_xnnpack_rank
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
 )
@@ -257,7 +257,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         that would give XNNPACK a tensor of more than 6 dimensions are left out first
         (`within_xnnpack_rank`): its runtime refuses to load them."""
         groups, findings = self._matched(ep)
-        groups = within_xnnpack_rank(ep, groups)
+        groups = within_xnnpack_rank(groups)
         partitions = self._stock_partitions(ep, groups)
         if not findings.shared_folds or contracted_acyclic(
             ep.graph, [list(p.nodes) for p in partitions]
@@ -313,7 +313,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             return node.graph is graph and node.name in preserved
 
         def accepts(node: Node) -> bool:
-            return ours(node) or (stock_filter is not None and stock_filter(node))
+            # A GEMM over XNNPACK's rank is not delegated (`within_xnnpack_rank`): kept
+            # whole, it would have no kernel; decomposed, its 2D product is delegated.
+            kept = ours(node) or (stock_filter is not None and stock_filter(node))
+            return kept and not over_rank(node)
 
         def filter_fn(node: Node) -> bool:
             if ours(node):

@@ -22,12 +22,10 @@ from typing import Iterable, Sequence
 
 import torch
 from executorch.backends.xnnpack.utils.xnnpack_constants import XNN_MAX_TENSOR_DIMS
-from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import FOLD_META_KEY, VAL_META_KEY
 from xnnfold.passes._walk import walk
-from xnnfold.passes.partition._aten_plan import input_dependent
 
 __all__ = ["XNN_MAX_TENSOR_DIMS", "over_rank", "within_xnnpack_rank"]
 
@@ -48,10 +46,11 @@ def over_rank(node: Node) -> bool:
     return any(rank > XNN_MAX_TENSOR_DIMS for value in values for rank in _ranks(value))
 
 
-def _folded_nodes(ep: ExportedProgram, groups: Sequence[Sequence[Node]]) -> set[Node]:
+def _folded_nodes(groups: Sequence[Sequence[Node]]) -> set[Node]:
     """The nodes of the weight computations a marked GEMM of ``groups`` folds: evaluated
-    at preprocess, so no tensor of theirs reaches XNNPACK's runtime."""
-    run_time = input_dependent(ep, frozenset())
+    at preprocess, so no tensor of theirs reaches XNNPACK's runtime. A marked argument's
+    computation reads constants only (the configs mark nothing else), so it is every
+    node above the argument up to the placeholders."""
     roots = [
         gemm.args[index]
         for group in groups
@@ -61,13 +60,13 @@ def _folded_nodes(ep: ExportedProgram, groups: Sequence[Sequence[Node]]) -> set[
     ]
     return set(
         walk(
-            [root for root in roots if isinstance(root, Node) and root not in run_time],
-            lambda node: [arg for arg in node.all_input_nodes if arg not in run_time],
+            [root for root in roots if isinstance(root, Node)],
+            lambda node: [arg for arg in node.all_input_nodes if arg.op != "placeholder"],
         )
     )
 
 
-def within_xnnpack_rank(ep: ExportedProgram, groups: list[list[Node]]) -> list[list[Node]]:
+def within_xnnpack_rank(groups: list[list[Node]]) -> list[list[Node]]:
     """``groups`` without those holding a node that would define a tensor of more than
     ``XNN_MAX_TENSOR_DIMS`` dimensions in a delegate (`over_rank`, outside a folded
     weight computation). A whole group goes: its nodes were matched to be delegated
@@ -78,7 +77,7 @@ def within_xnnpack_rank(ep: ExportedProgram, groups: list[list[Node]]) -> list[l
     ]
     if not candidates:
         return groups
-    folded = _folded_nodes(ep, groups)
+    folded = _folded_nodes(groups)
     oversized = {node for node in candidates if node not in folded}
     if not oversized:
         return groups

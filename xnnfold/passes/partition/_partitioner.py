@@ -72,6 +72,7 @@ from xnnfold.passes.partition._facts import constant_facts, ConstantFact
 from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic
 from xnnfold.passes.partition._matching import matched_to_fixed_point
 from xnnfold.passes.partition._outcome import check_preserved_were_delegated, record_reasons
+from xnnfold.passes.partition._pass_through import without_pass_through
 from xnnfold.passes.partition._rank import over_rank, within_xnnpack_rank
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
@@ -255,16 +256,18 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         projection's split) were grouped into a partition that forms a dependency cycle
         with another: then the groups are merged by `acyclic_grouping` instead. Groups
         that would give XNNPACK a tensor of more than 6 dimensions are left out first
-        (`within_xnnpack_rank`): its runtime refuses to load them."""
+        (`within_xnnpack_rank`): its runtime refuses to load them. Last, a clone that
+        preprocess would turn into a pass-through output leaves its partition
+        (`without_pass_through`): preprocess refuses those."""
         groups, findings = self._matched(ep)
         groups = within_xnnpack_rank(groups)
         partitions = self._stock_partitions(ep, groups)
-        if not findings.shared_folds or contracted_acyclic(
+        if findings.shared_folds and not contracted_acyclic(
             ep.graph, [list(p.nodes) for p in partitions]
         ):
-            return partitions
-        # The GEMMs of a shared computation must share a delegate; group them ourselves.
-        return acyclic_grouping(ep.graph, groups)
+            # The GEMMs of a shared computation must share a delegate; group them ourselves.
+            partitions = acyclic_grouping(ep.graph, groups)
+        return without_pass_through(partitions)
 
     def _stock_partitions(self, ep: ExportedProgram, groups: list[list[Node]]) -> list[Partition]:
         """The partitions `XnnpackPartitioner.generate_partitions` makes of ``groups``."""

@@ -41,7 +41,10 @@ from typing import Any, Iterator, Optional
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "transformers_sweep_results.jsonl"
 TABLE = HERE / "transformers_sweep_results.md"
-DEFAULT_TIMEOUT = 240.0
+DEFAULT_TIMEOUT = 150.0
+DEFAULT_LOWERING_TIMEOUT = 480.0
+# What a worker says when a class's screen found a candidate and the lowerings start.
+LOWERING = "LOWERING"
 RUNS = 7
 # A class whose shrunk config fails is tried with its default config, if no larger.
 MAX_DEFAULT_PARAMETERS = 30_000_000
@@ -398,6 +401,9 @@ def _sweep_class(module: str, name: str) -> dict[str, Any]:
     result["inputs"] = {k: list(v.shape) for k, v in inputs.items()}
     if not _computed_gemm_args(ep):
         return {**result, "status": "no computed GEMM argument"}
+    # The driver gives the lowerings their own, longer, timeout from here.
+    sys.stdout.write(f"{LOWERING}\n")
+    sys.stdout.flush()
     ep_folding = torch.export.export(xnnfold.prepare_for_xnnpack(wrapped), args, strict=False)
     variants: dict[str, Any] = {}
     programs = {}
@@ -540,7 +546,9 @@ class _Worker:
             self.lines.put(line)
         self.lines.put("")
 
-    def ask(self, module: str, name: str, timeout: float) -> Optional[dict[str, Any]]:
+    def ask(
+        self, module: str, name: str, timeout: float, lowering_timeout: float
+    ) -> Optional[dict[str, Any]]:
         assert self.process.stdin is not None
         self.process.stdin.write(f"{module} {name}\n")
         self.process.stdin.flush()
@@ -558,6 +566,9 @@ class _Worker:
                     "stage": "worker died",
                     "reason": "worker died (a native crash, or out of memory)",
                 }
+            if line.strip() == LOWERING:
+                deadline = time.monotonic() + lowering_timeout
+                continue
             if line.startswith("RESULT "):
                 result: dict[str, Any] = json.loads(line[len("RESULT ") :])
                 return result
@@ -575,7 +586,7 @@ def _done() -> dict[str, dict[str, Any]]:
     return {r["class"]: r for r in (json.loads(line) for line in RESULTS.read_text().splitlines())}
 
 
-def run(classes: list[tuple[str, str]], timeout: float, jobs: int) -> None:
+def run(classes: list[tuple[str, str]], timeout: float, lowering_timeout: float, jobs: int) -> None:
     import threading
 
     done = _done()
@@ -595,7 +606,7 @@ def run(classes: list[tuple[str, str]], timeout: float, jobs: int) -> None:
                 break
             if current is None:
                 current = _Worker()
-            result = current.ask(module, name, timeout)
+            result = current.ask(module, name, timeout, lowering_timeout)
             if result is None or result.get("stage") == "worker died":
                 current.stop()
                 current = None
@@ -605,7 +616,7 @@ def run(classes: list[tuple[str, str]], timeout: float, jobs: int) -> None:
                         "module": module,
                         "status": "skipped",
                         "stage": "timeout",
-                        "reason": f"over {timeout:.0f} s",
+                        "reason": "over the timeout",
                     }
             with lock:
                 out.write(json.dumps(result) + "\n")
@@ -811,7 +822,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="class names to sweep")
     parser.add_argument("--limit", type=int, help="at most this many classes")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds per class")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to build and export"
+    )
+    parser.add_argument(
+        "--lowering-timeout",
+        type=float,
+        default=DEFAULT_LOWERING_TIMEOUT,
+        help="seconds for the lowerings and timing of a class with a candidate",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument(
         "--redo", nargs="*", default=[], help="redo the classes skipped at these stages"
@@ -847,7 +866,7 @@ def main() -> int:
             if json.loads(line)["class"] not in names
         ]
         RESULTS.write_text("".join(line + "\n" for line in kept))
-    run(classes, args.timeout, args.jobs)
+    run(classes, args.timeout, args.lowering_timeout, args.jobs)
     return 0
 
 

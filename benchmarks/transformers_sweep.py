@@ -474,7 +474,13 @@ def _through_exporter(model: Any, inputs: dict[str, Any], expected: list[Any]) -
     ):
         try:
             exported = run()
-            entry: dict[str, Any] = {"outside": _outside(xnnfold.explain(exported.program))}
+            report = xnnfold.explain(exported.program)
+            entry: dict[str, Any] = {
+                "computed": sum(1 for row in report.rows if row.computed),
+                "folded": sum(1 for row in report.rows if row.folded),
+                "outside": _outside(report),
+                "bytes": len(exported.program.buffer),
+            }
             entry["diff"], entry["scale"] = _compare(_leaves(exported(**inputs)), expected)
         except Exception as error:
             entry = {"error": f"{type(error).__name__}: {str(error).strip()[:200]}"}
@@ -651,36 +657,37 @@ def _wrong(entry: dict[str, Any]) -> bool:
 
 
 def problems(result: dict[str, Any]) -> list[str]:
-    """What the issue counts against xnnfold in one class's result: wrong, a crash where
-    stock lowers, a program that lowers but does not load, a computed GEMM outside
-    without a code."""
-    variants = result.get("variants", {})
-    ours, stock = variants.get("xnnfold", {}), variants.get("stock", {})
+    """What the issue counts against xnnfold in one class's result, through the folding
+    partitioner and through the exporter: wrong against eager, a crash where stock
+    lowers, a program that lowers but does not load, a computed GEMM outside without a
+    code."""
     found = []
-    error = ours.get("error", "")
-    if error.startswith("lower") and not stock.get("error", "").startswith("lower"):
-        found.append("crash where stock lowers")
-    if error.startswith("load/run"):
-        found.append("unloadable")
-    if _wrong(ours):
-        found.append("wrong")
-    if any(row.endswith("(no code)") for row in ours.get("outside", [])):
-        found.append("outside without a code")
-    exporter = result.get("exporter", {}).get("xnnfold", {})
-    if _wrong(exporter):
-        found.append("wrong through the exporter")
-    if "Failed to load" in exporter.get("error", ""):
-        found.append("unloadable through the exporter")
+    paths = (
+        ("", result.get("variants", {})),
+        (" (exporter)", result.get("exporter", {})),
+    )
+    for where, path in paths:
+        ours, stock = path.get("xnnfold", {}), path.get("stock", {})
+        error = ours.get("error", "")
+        if error.startswith("load/run") or "Failed to load" in error:
+            found.append(f"unloadable{where}")
+        elif error and not stock.get("error"):
+            found.append(f"crash where stock lowers{where}")
+        if _wrong(ours):
+            found.append(f"wrong{where}")
+        if any(row.endswith("(no code)") for row in ours.get("outside", [])):
+            found.append(f"outside without a code{where}")
     return found
 
 
-def _neither_lowers(result: dict[str, Any]) -> bool:
-    """Exported, with a GEMM-like op reading a computed tensor, but neither partitioner
-    lowers it (``to_edge`` refuses an op, the same error both ways)."""
-    variants = result.get("variants", {})
-    return all(
-        variants.get(label, {}).get("error", "").startswith("lower")
-        for label in ("stock", "xnnfold")
+def _computed(result: dict[str, Any]) -> int:
+    """Computed-weight GEMMs `explain` found, through either path (0 when neither lowered):
+    those xnnfold saw, or those stock left outside (a result line may lack the count)."""
+    return max(
+        len(entry.get("outside", [])) if label == "stock" else entry.get("computed", 0)
+        for path in ("variants", "exporter")
+        for label, entry in result.get(path, {}).items()
+        if isinstance(entry, dict)
     )
 
 
@@ -700,8 +707,22 @@ def _error_cell(entry: dict[str, Any]) -> str:
     return "" if not error else error.replace("|", "/").replace("\n", " ")[:90]
 
 
+def _row(name: str, path: dict[str, Any], flagged: list[str]) -> str:
+    stock, ours = path.get("stock", {}), path.get("xnnfold", {})
+    scale = ours.get("scale", stock.get("scale"))
+    return (
+        f"| {name} | {_cell(ours, 'computed', 'd')} / {_cell(ours, 'folded', 'd')} "
+        f"| {_cell(stock, 'outside', '')} / {_cell(ours, 'outside', '')} "
+        f"| {_cell(stock, 'diff', '.1e')} / {_cell(ours, 'diff', '.1e')}"
+        f"{f' ({scale:.1e})' if scale is not None else ''} "
+        f"| {_cell(stock, 'bytes', ',d')} / {_cell(ours, 'bytes', ',d')} "
+        f"| {_cell(stock, 'ms', '.2f')} / {_cell(ours, 'ms', '.2f')} "
+        f"| {', '.join(flagged) or 'none'} |"
+    )
+
+
 def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -> str:
-    """The markdown table of the classes with a computed-weight GEMM, and the counts."""
+    """The markdown tables of the classes with a computed-weight GEMM, and the counts."""
     import collections
 
     import torch
@@ -716,92 +737,98 @@ def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -
     models = {n for _, n in classes}
     seen = {n: r for n, r in results.items() if n in models and r["status"] != "not a model class"}
     not_models = sum(1 for r in results.values() if r["status"] == "not a model class")
+    candidates = sorted(
+        (r for r in seen.values() if r["status"] == "computed GEMM"), key=lambda r: r["class"]
+    )
+    found = [r for r in candidates if _computed(r) or problems(r)]
+    unread = [r for r in candidates if r not in found]
     counts = collections.Counter(r["status"] for r in seen.values())
-    neither = sorted(
-        (r for r in seen.values() if r["status"] == "computed GEMM" and _neither_lowers(r)),
-        key=lambda r: r["class"],
-    )
-    found = sorted(
-        (r for r in seen.values() if r["status"] == "computed GEMM" and not _neither_lowers(r)),
-        key=lambda r: r["class"],
-    )
     flagged = {r["class"]: problems(r) for r in found}
-    totals = collections.Counter(p for ps in flagged.values() for p in ps)
+    totals = collections.Counter(
+        p.replace(" (exporter)", "") for ps in flagged.values() for p in ps
+    )
+    head = (
+        "| class | GEMMs | outside stock / xnnfold | diff stock / xnnfold | .pte bytes stock / "
+        "xnnfold | ms stock / xnnfold | problems |"
+    )
+    rule = "|---|---|---|---|---|---|---|"
     lines = [
         "# transformers' model classes swept for computed-weight GEMMs",
         "",
         "Written by `benchmarks/transformers_sweep.py --report` from "
-        "`transformers_sweep_results.jsonl` (the sweep's command and method are in the "
+        "`transformers_sweep_results.jsonl` (the command and the method are in the "
         "script's docstring and benchmarks/README.md). transformers "
         f"{transformers.__version__}, torch {torch.__version__.split('+')[0]}, executorch "
-        f"{installed_version('executorch')}. Tiny configs, random weights; latency is the "
+        f"{installed_version('executorch')}. Shrunk configs, random weights; latency is the "
         "median of interleaved calls through executorch.runtime on a shared 2-core machine "
         "(compare within a row only).",
         "",
-        f"- public names in modeling files: {len(classes)}; swept so far: "
+        f"- public names in the modeling files: {len(classes)}; swept: "
         f"{len(seen) + not_models} ({not_models} not model classes)",
         f"- model classes tried: {len(seen)}",
     ]
     for status, count in sorted(counts.items()):
         lines.append(f"  - {status}: {count}")
     lines += [
-        f"- exported with a GEMM-like op reading a computed tensor, lowered by neither "
-        f"partitioner: {len(neither)}",
-        f"- classes with a computed-weight GEMM: {len(found)}",
-        f"  - wrong against eager (xnnfold): {totals['wrong'] + totals['wrong through the exporter']}",
+        f"- classes with a computed-weight GEMM (`explain`, either path): {len(found)}",
+        f"  - wrong against eager: {totals['wrong']}",
         f"  - crashes where stock lowers: {totals['crash where stock lowers']}",
-        f"  - lower but cannot load: {totals['unloadable'] + totals['unloadable through the exporter']}",
+        f"  - lower but cannot load: {totals['unloadable']}",
         f"  - computed-weight GEMMs outside without a code: {totals['outside without a code']}",
+        f"- a GEMM-like op reads a computed tensor, but no lowering to read: {len(unread)}",
         "",
-        "## Classes with a computed-weight GEMM",
+        "## Through torch.export and the partitioners",
         "",
-        "GEMMs: with a computed weight or bias / folded by xnnfold. Outside: computed-weight "
-        "GEMMs left on portable. Diff: max abs against eager (largest eager output in "
-        "brackets). Exporter: `xnnfold.integrations.transformers.export`.",
+        "`torch.export` (`strict=False`), then `to_edge_transform_and_lower` with the stock "
+        "`XnnpackPartitioner` or with `XnnpackFoldingPartitioner` (after "
+        "`prepare_for_xnnpack`). GEMMs: with a computed weight or bias / folded by xnnfold. "
+        "Outside: computed-weight GEMMs left on portable. Diff: max abs against eager "
+        "through executorch.runtime (the largest eager output in brackets).",
         "",
-        "| class | GEMMs | outside stock / xnnfold | diff stock / xnnfold | .pte bytes stock / "
-        "xnnfold | ms stock / xnnfold | exporter (xnnfold) | problems |",
-        "|---|---|---|---|---|---|---|---|",
+        head,
+        rule,
     ]
     for r in found:
-        v = r.get("variants", {})
-        stock, ours = v.get("stock", {}), v.get("xnnfold", {})
-        exporter = r.get("exporter", {}).get("xnnfold", {})
-        exporter_cell = (
-            f"outside {len(exporter['outside'])}, diff {exporter['diff']:.1e}"
-            if "diff" in exporter
-            else _error_cell(exporter) or "-"
-        )
-        scale = ours.get("scale", stock.get("scale"))
-        lines.append(
-            f"| {r['class']} | {_cell(ours, 'computed', 'd')} / {_cell(ours, 'folded', 'd')} "
-            f"| {_cell(stock, 'outside', '')} / {_cell(ours, 'outside', '')} "
-            f"| {_cell(stock, 'diff', '.1e')} / {_cell(ours, 'diff', '.1e')}"
-            f"{f' ({scale:.1e})' if scale is not None else ''} "
-            f"| {_cell(stock, 'bytes', ',d')} / {_cell(ours, 'bytes', ',d')} "
-            f"| {_cell(stock, 'ms', '.2f')} / {_cell(ours, 'ms', '.2f')} "
-            f"| {exporter_cell} | {', '.join(flagged[r['class']]) or 'none'} |"
-        )
+        lines.append(_row(r["class"], r.get("variants", {}), flagged[r["class"]]))
+    lines += [
+        "",
+        "## Through transformers' exporter",
+        "",
+        '`ExecutorchExporter().export(model, inputs, ExecutorchConfig(backend="xnnpack"))` '
+        "(stock) and `xnnfold.integrations.transformers.export` (xnnfold), run through the "
+        "exporter's runner; no latency.",
+        "",
+        head,
+        rule,
+    ]
+    for r in found:
+        lines.append(_row(r["class"], r.get("exporter", {}), []))
     errors = [
-        (r["class"], label, _error_cell(e))
+        (r["class"], f"{path} {label}", _error_cell(e))
         for r in found
-        for label, e in r.get("variants", {}).items()
-        if "error" in e
+        for path in ("variants", "exporter")
+        for label, e in r.get(path, {}).items()
+        if isinstance(e, dict) and "error" in e
     ]
     if errors:
-        lines += ["", "Errors in the rows above:", ""]
-        lines += [f"- {name}, {label}: {error}" for name, label, error in errors]
-    if neither:
+        lines += ["", "Errors in the tables above (both ways alike unless a problem says):", ""]
+        lines += [
+            f"- {name}, {where.replace('variants', 'partitioner')}: {error}"
+            for name, where, error in errors
+        ]
+    if unread:
         lines += [
             "",
-            "## Exported, but lowered by neither partitioner",
+            "## A GEMM-like op reads a computed tensor, but nothing lowered to read",
             "",
-            "A GEMM-like op reads a tensor computed from constants, but `to_edge` stops the "
-            "same way with the stock partitioner and with xnnfold's, so `explain` has "
-            "nothing to read:",
+            "Neither path lowered these with either partitioner, or `explain` found no "
+            "computed-weight GEMM in what did lower:",
             "",
         ]
-        lines += [f"- {r['class']}: {_error_cell(r['variants']['xnnfold'])}" for r in neither]
+        lines += [
+            f"- {r['class']}: {_error_cell(r['variants'].get('xnnfold', {})) or 'none found'}"
+            for r in unread
+        ]
     reasons: collections.Counter[str] = collections.Counter()
     for r in seen.values():
         if r["status"] == "skipped":

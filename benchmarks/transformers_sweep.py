@@ -519,15 +519,34 @@ def worker() -> int:
 # ----------------------------------------------------------------------------- driver
 
 
-def _first_of_each_file_first(classes: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The first class of each modeling file (usually its base model), then the rest:
-    a partial run covers every architecture before every task head."""
+# Source text that may compute a GEMM weight: a class of a modeling file that has it is
+# swept earlier. Only the order depends on it; what counts is `explain`'s answer.
+_LIKELY = re.compile(
+    r"weight_norm|spectral_norm|parametriz|functional\.conv[123]d\(|F\.conv[123]d\("
+    r"|functional\.linear\(|F\.linear\(|weight\.t\(\)|weight\.T\b|weight\.transpose"
+    r"|standardiz|StdConv"
+)
+
+
+def _order(classes: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The first class of each modeling file (usually its base model) before the others,
+    and within each, the files whose source may compute a GEMM weight (`_LIKELY`) first:
+    a partial run covers every architecture, the likely ones first, before task heads."""
+    import importlib.util
+
+    likely: dict[str, bool] = {}
+    for module, _ in classes:
+        if module not in likely:
+            spec = importlib.util.find_spec(module)
+            origin = spec.origin if spec is not None else None
+            likely[module] = bool(origin and _LIKELY.search(Path(origin).read_text()))
     seen: set[str] = set()
-    first, rest = [], []
+    ranked = []
     for module, name in classes:
-        (rest if module in seen else first).append((module, name))
+        head = module in seen
         seen.add(module)
-    return first + rest
+        ranked.append(((head, not likely[module]), (module, name)))
+    return [item for _, item in sorted(ranked, key=lambda pair: pair[0])]
 
 
 class _Worker:
@@ -871,7 +890,7 @@ def main() -> int:
     if args.report:
         TABLE.write_text(report(_done(), discover()))
         return 0
-    classes = _first_of_each_file_first(discover())
+    classes = _order(discover())
     if args.only:
         wanted = set(args.only)
         classes = [c for c in classes if c[1] in wanted]

@@ -530,33 +530,36 @@ def worker() -> int:
 # ----------------------------------------------------------------------------- driver
 
 
-# Source text that may compute a GEMM weight: a class of a modeling file that has it is
-# swept earlier. Only the order depends on it; what counts is `explain`'s answer.
-_LIKELY = re.compile(
-    r"weight_norm|spectral_norm|parametriz|functional\.conv[123]d\(|F\.conv[123]d\("
-    r"|functional\.linear\(|F\.linear\(|weight\.t\(\)|weight\.T\b|weight\.transpose"
-    r"|standardiz|StdConv"
+# Source text that computes a GEMM weight (strong), or may (weak): the classes of a
+# modeling file that has it are swept earlier. Only the order depends on it; what counts
+# is `explain`'s answer.
+_STRONG = re.compile(
+    r"weight_norm|spectral_norm|parametriz|standardiz|StdConv"
+    r"|weight\.t\(\)|weight\.T\b|weight\.transpose"
 )
+_WEAK = re.compile(r"functional\.conv[123]d\(|F\.conv[123]d\(|functional\.linear\(|F\.linear\(")
 
 
 def _order(classes: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The first class of each modeling file (usually its base model) before the others,
-    and within each, the files whose source may compute a GEMM weight (`_LIKELY`) first:
-    a partial run covers every architecture, the likely ones first, before task heads."""
+    and within each, the files whose source computes a GEMM weight first, then those
+    whose source may (`_STRONG`, `_WEAK`): a partial run covers every architecture, the
+    likely ones first, before the task heads."""
     import importlib.util
 
-    likely: dict[str, bool] = {}
+    rank: dict[str, int] = {}
     for module, _ in classes:
-        if module not in likely:
+        if module not in rank:
             spec = importlib.util.find_spec(module)
             origin = spec.origin if spec is not None else None
-            likely[module] = bool(origin and _LIKELY.search(Path(origin).read_text()))
+            text = Path(origin).read_text() if origin else ""
+            rank[module] = 0 if _STRONG.search(text) else 1 if _WEAK.search(text) else 2
     seen: set[str] = set()
     ranked = []
     for module, name in classes:
         head = module in seen
         seen.add(module)
-        ranked.append(((head, not likely[module]), (module, name)))
+        ranked.append(((head, rank[module]), (module, name)))
     return [item for _, item in sorted(ranked, key=lambda pair: pair[0])]
 
 

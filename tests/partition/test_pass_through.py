@@ -18,6 +18,7 @@ from torch import nn
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 
+# The fast tier runs the folding case; the full tier the rest.
 pytestmark = pytest.mark.runtime
 
 
@@ -53,14 +54,21 @@ def _buffer(model: nn.Module, partitioner: XnnpackPartitioner) -> bytes:
     return to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer
 
 
+@pytest.mark.slow
 def test_stock_partitioner_stops_at_preprocess_on_a_value_and_its_clone() -> None:
     # Why the folding partitioner differs from stock on this program.
     with pytest.raises(RuntimeError, match="already in the inputs"):
         _buffer(ValueAndClone(), XnnpackPartitioner())
 
 
-@pytest.mark.parametrize("model", [ValueAndClone(), TwoClones()], ids=["value-and-clone", "two"])
-@pytest.mark.parametrize("fold", [True, False], ids=["fold", "no-fold"])
+@pytest.mark.parametrize(
+    "model",
+    [ValueAndClone(), pytest.param(TwoClones(), marks=pytest.mark.slow)],
+    ids=["value-and-clone", "two"],
+)
+@pytest.mark.parametrize(
+    "fold", [True, pytest.param(False, marks=pytest.mark.slow)], ids=["fold", "no-fold"]
+)
 def test_folding_partitioner_leaves_the_clone_out_and_matches_eager(
     model: nn.Module, fold: bool
 ) -> None:
@@ -70,6 +78,7 @@ def test_folding_partitioner_leaves_the_clone_out_and_matches_eager(
         torch.testing.assert_close(got, want)
 
 
+@pytest.mark.slow
 def test_clone_of_an_input_partitions_as_stock() -> None:
     assert _buffer(InputClone(), XnnpackFoldingPartitioner()) == _buffer(
         InputClone(), XnnpackPartitioner()

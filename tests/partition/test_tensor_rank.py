@@ -20,6 +20,7 @@ import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.passes.partition._rank import over_rank, XNN_MAX_TENSOR_DIMS
 
+# The fast tier runs the unit check and the folding case; the full tier the rest.
 pytestmark = pytest.mark.runtime
 
 
@@ -75,6 +76,7 @@ def _lowered(model: nn.Module, partitioner: XnnpackPartitioner) -> bytes:
     return to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer
 
 
+@pytest.mark.slow
 def test_stock_partitioner_writes_a_program_that_does_not_load() -> None:
     # Why the folding partitioner differs from stock here, on a program with no computed
     # weight: stock delegates the 7-D permute, and the runtime refuses it.
@@ -83,6 +85,7 @@ def test_stock_partitioner_writes_a_program_that_does_not_load() -> None:
         xnnfold.run_pte(buffer, _inputs())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fold", [True, False], ids=["fold", "no-fold"])
 def test_without_computed_weights_the_program_loads_equal_to_eager(fold: bool) -> None:
     model = SevenDims(computed=False).eval()
@@ -110,6 +113,7 @@ def _seven_d_activation() -> tuple[torch.Tensor]:
     return (torch.randn(1, 1, 2, 1, 1, 2, 8, generator=torch.Generator().manual_seed(1)),)
 
 
+@pytest.mark.slow
 def test_linear_on_seven_dims_decomposes_and_folds() -> None:
     # Not kept whole (no kernel would take it): its 2D addmm is delegated with the fold.
     model = SevenDimLinear().eval()
@@ -124,6 +128,7 @@ def test_linear_on_seven_dims_decomposes_and_folds() -> None:
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_linear_on_seven_dims_without_computed_weight_loads() -> None:
     model = SevenDimLinear(computed=False).eval()
     ep = torch.export.export(model, _seven_d_activation())

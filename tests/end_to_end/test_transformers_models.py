@@ -99,6 +99,29 @@ CASES = {
         lambda: (torch.randn(1, 1, 400, generator=torch.Generator().manual_seed(1)),),
         -1,  # counted below: every weight_norm convolution
     ),
+    # Its location-variable convolution is an einsum over six indices: 7-D permutes that
+    # XNNPACK cannot load stay on portable (`within_xnnpack_rank`), the convolutions fold.
+    "univnet": Case(
+        lambda: _with_weight_norm(
+            transformers.UnivNetModel(
+                transformers.UnivNetConfig(
+                    model_in_channels=8,
+                    model_hidden_channels=8,
+                    num_mel_bins=10,
+                    resblock_kernel_sizes=[3],
+                    resblock_stride_sizes=[4],
+                    resblock_dilation_sizes=[[1, 3]],
+                    kernel_predictor_num_blocks=1,
+                    kernel_predictor_hidden_channels=8,
+                )
+            )
+        ),
+        lambda: (
+            torch.randn(1, 5, 10, generator=torch.Generator().manual_seed(1)),
+            torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(2)),
+        ),
+        -1,
+    ),
     "speecht5_hifigan": Case(
         lambda: _with_weight_norm(
             transformers.SpeechT5HifiGan(transformers.SpeechT5HifiGanConfig(**_HIFIGAN))

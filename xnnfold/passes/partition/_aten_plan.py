@@ -48,6 +48,7 @@ from xnnfold.passes.partition._configs import (
     FoldingMMConfig,
 )
 from xnnfold.passes.partition._decompositions import decomposed_ops
+from xnnfold.passes.partition._rank import over_rank
 
 __all__ = [
     "AtenPlan",
@@ -122,7 +123,8 @@ def aten_gemm_delegable(
         return False
     if _CONFIG_OF.get(node.target) not in configs:
         return False
-    if shapes_rejected(node):
+    if shapes_rejected(node) or over_rank(node):
+        # Over XNNPACK's rank, the GEMM's group is left out (`within_xnnpack_rank`).
         return False
     weight = node.args[ATEN_GEMM_ARGS[node.target][0]]
     if not isinstance(weight, Node) or not is_float32(weight):

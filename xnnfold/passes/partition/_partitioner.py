@@ -84,6 +84,8 @@ from xnnfold.passes.partition._outcome import (
     record_reasons,
     write_marks,
 )
+from xnnfold.passes.partition._pass_through import without_pass_through
+from xnnfold.passes.partition._rank import over_rank, within_xnnpack_rank
 from xnnfold.passes.partition._tied import tag_tied_tables
 from xnnfold.passes.report._reasons import (
     collect_why_reasons,
@@ -319,16 +321,21 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
         The stock partitions, unless GEMMs that share a weight computation (a packed
         projection's split) were grouped into a partition that forms a dependency cycle
-        with another: then the groups are merged by `acyclic_grouping` instead."""
+        with another: then the groups are merged by `acyclic_grouping` instead. Groups
+        that would give XNNPACK a tensor of more than 6 dimensions are left out first
+        (`within_xnnpack_rank`): its runtime refuses to load them. Last, a clone that
+        preprocess would turn into a pass-through output leaves its partition
+        (`without_pass_through`): preprocess refuses those."""
         matching = self._matched(ep, facts)
         write_marks(ep, matching.findings, self.options)
-        partitions = self._stock_partitions(ep, matching.groups)
+        groups = within_xnnpack_rank(matching.groups, matching.findings.folds)
+        partitions = self._stock_partitions(ep, groups)
         if matching.findings.shared_folds and not contracted_acyclic(
             ep.graph, [list(p.nodes) for p in partitions]
         ):
             # The GEMMs of a shared computation must share a delegate; group them ourselves.
-            partitions = acyclic_grouping(ep.graph, matching.groups)
-        return partitions, matching.findings
+            partitions = acyclic_grouping(ep.graph, groups)
+        return without_pass_through(partitions), matching.findings
 
     def _stock_partitions(self, ep: ExportedProgram, groups: list[list[Node]]) -> list[Partition]:
         """The partitions `XnnpackPartitioner.generate_partitions` makes of ``groups``."""
@@ -383,7 +390,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             return node.graph is graph and node.name in preserved
 
         def accepts(node: Node) -> bool:
-            return ours(node) or (stock_filter is not None and stock_filter(node))
+            # A GEMM over XNNPACK's rank is not delegated (`within_xnnpack_rank`): kept
+            # whole, it would have no kernel; decomposed, its 2D product is delegated.
+            kept = ours(node) or (stock_filter is not None and stock_filter(node))
+            return kept and not over_rank(node)
 
         def filter_fn(node: Node) -> bool:
             if ours(node):

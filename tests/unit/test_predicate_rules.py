@@ -204,6 +204,20 @@ class _Linear(nn.Linear):
         super().__init__(4, 4)
 
 
+class _TiedTable(nn.Module):
+    """A linear's weight also read outside any delegate (a cumulative sum, which XNNPACK
+    has no kernel for): a tied table; with ``also_scaled``, the linear's delegate also
+    multiplies by it (separate outputs keep the two in one partition)."""
+
+    def __init__(self, *, also_scaled: bool = False) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4, 4))
+        self.also_scaled = also_scaled
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return F.linear(x, self.w), h * self.w if self.also_scaled else h, self.w.cumsum(0)
+
+
 # --------------------------------------------------------------------------------------
 # Edits for what a module cannot express.
 
@@ -350,6 +364,13 @@ CASES: tuple[Case, ...] = (
         PREDICATE,
         negative=Probe(_ExpandedKernel, inputs=((1, 4, 8),), options=_budget(35)),
         positive=Probe(_ExpandedKernel, inputs=((1, 4, 8),), options=_budget(36)),
+    ),
+    # A tied table the delegate also reads otherwise than as the linear's weight.
+    Case(
+        "XNF517",
+        PARTITIONER,
+        negative=Probe(_p(_TiedTable, also_scaled=True), inputs=((2, 4), (4, 4))),
+        positive=Probe(_TiedTable, inputs=((2, 4), (4, 4))),
     ),
     # The stock config's own decision (here: no fp64 GEMM), recorded by the partitioner.
     Case(

@@ -102,6 +102,7 @@ FOLDING_PARTITIONER_OPTIONS: Final = (
     "max_fold_nodes",
     "keep_decomposition_filter",
     "growth_budget",
+    "tie_tables",
 )
 
 # GEMMs whose weight argument is examined in forward: name -> (weight index, bias index).

@@ -10,7 +10,7 @@ reason the partitioner recorded (`REASON_META_KEY`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional, Union
+from typing import Iterator, Optional
 
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from executorch.exir.delegate import executorch_call_delegate
@@ -22,12 +22,12 @@ from xnnfold._upstream import schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
+from xnnfold.passes.report._programs import methods, Program
 from xnnfold.passes.report._reasons import module_path
 from xnnfold.passes.report._tied import shared_tables, SharedTable
 
 __all__ = ["ExplainReport", "GemmRow", "SharedTable", "explain"]
 
-Program = Union[EdgeProgramManager, ExecutorchProgramManager, ExportedProgram]
 
 _NO_REASON = "no reason recorded: lowered without XnnpackFoldingPartitioner"
 
@@ -250,14 +250,6 @@ def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
             yield _outside_row(method, node)
 
 
-def _methods(program: Program) -> Iterator[tuple[str, ExportedProgram]]:
-    if isinstance(program, ExportedProgram):
-        yield "forward", program
-        return
-    for method in sorted(program.methods):
-        yield method, program.exported_program(method)
-
-
 def explain(program: Program) -> ExplainReport:
     """List every GEMM of a lowered program: delegated or not, folded or not, and why.
 
@@ -275,5 +267,5 @@ def explain(program: Program) -> ExplainReport:
             "to_edge_transform_and_lower (or its to_executorch() result, or an "
             f"ExportedProgram), got {type(program).__name__}"
         )
-    rows = [row for method, ep in _methods(program) for row in _rows(method, ep)]
+    rows = [row for method, ep in methods(program) for row in _rows(method, ep)]
     return ExplainReport(tuple(rows), shared_tables(program))

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterator, Union
 
 import torch
-from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
 from xnnfold._meta import EXTERNAL_CONSTANT_TAG
 from xnnfold.passes.analysis import constant_fqns, external_tag
+from xnnfold.passes.report._programs import methods, Program
 
 __all__ = ["SharedTable", "shared_tables"]
-
-Program = Union[EdgeProgramManager, ExecutorchProgramManager, ExportedProgram]
 
 
 @dataclass(frozen=True)
@@ -41,14 +38,6 @@ class SharedTable:
     fqn: str
     nbytes: int
     file: str
-
-
-def _methods(program: Program) -> Iterator[tuple[str, ExportedProgram]]:
-    if isinstance(program, ExportedProgram):
-        yield "forward", program
-        return
-    for method in sorted(program.methods):
-        yield method, program.exported_program(method)
 
 
 def _delegate_keys(ep: ExportedProgram, file: str) -> set[str]:
@@ -77,14 +66,14 @@ def shared_tables(
     Tables shared across methods are listed under each method that reads them outside a
     delegate; `ExplainReport.bytes_saved` counts each table once.
     """
-    methods = list(_methods(program))
+    programs = list(methods(program))
     keys: set[str] = set()
-    for _, ep in methods:
+    for _, ep in programs:
         keys |= _delegate_keys(ep, file)
     if not keys:
         return ()
     found: list[SharedTable] = []
-    for method, ep in methods:
+    for method, ep in programs:
         fqns = constant_fqns(ep)
         for node in ep.graph.nodes:
             fqn = fqns.get(node.name) if node.op == "placeholder" else None

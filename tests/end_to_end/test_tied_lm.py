@@ -18,11 +18,13 @@ from torch import nn
 
 import xnnfold
 
+from tests.support.tied_lm import TIED_HIDDEN, TIED_VOCAB, tiny_tied_llama
+
 transformers = pytest.importorskip("transformers")
 
 pytestmark = [pytest.mark.slow, pytest.mark.runtime]
 
-VOCAB, HIDDEN = 1000, 64
+VOCAB, HIDDEN = TIED_VOCAB, TIED_HIDDEN
 
 
 class Logits(nn.Module):
@@ -35,20 +37,7 @@ class Logits(nn.Module):
 
 
 def _tied_llama() -> nn.Module:
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=HIDDEN,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    lm = transformers.LlamaForCausalLM(config).eval()
-    assert lm.lm_head.weight is lm.model.embed_tokens.weight
-    return Logits(lm).eval()
+    return Logits(tiny_tied_llama(0)).eval()
 
 
 def test_tied_llama_stores_its_embedding_once(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import xnnfold
 from xnnfold._upstream import UnsupportedRelease
 
 from tests.support.audio_encoders import tiny_encoder
+from tests.support.tied_lm import tiny_tied_llama
 
 _SEED = 0
 _ENCODER = tiny_encoder(layers=1)
@@ -292,19 +293,8 @@ def test_the_saved_export_loads_and_matches_eager(tmp_path: Path) -> None:
 
 
 def _tied_llama() -> Any:
-    t = _transformers()
-    config = t.LlamaConfig(
-        vocab_size=1000,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(_SEED)
-    return t.LlamaForCausalLM(config).eval()
+    _transformers()
+    return tiny_tied_llama(_SEED)
 
 
 @pytest.mark.slow

@@ -19,6 +19,8 @@ from torch import nn
 
 import xnnfold
 
+from tests.support.tied_lm import Embed, Logits
+
 pytestmark = pytest.mark.runtime
 
 VOCAB, DIM = 1024, 64
@@ -35,24 +37,6 @@ class TiedHead(nn.Module):
 
     def forward(self, ids: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.emb(ids), F.linear(x, self.emb.weight)
-
-
-class Embed(nn.Module):
-    def __init__(self, emb: nn.Embedding) -> None:
-        super().__init__()
-        self.emb = emb
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.emb(ids)
-
-
-class Logits(nn.Module):
-    def __init__(self, emb: nn.Embedding) -> None:
-        super().__init__()
-        self.emb = emb
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.emb.weight)
 
 
 class TiedLM(nn.Module):

@@ -21,6 +21,8 @@ from xnnfold._meta import EXTERNAL_CONSTANT_TAG
 from xnnfold.passes.analysis import find_tied_tables, TiedTables
 from xnnfold.passes.analysis._nodes import external_tag
 
+from tests.support.tied_lm import Embed, Logits
+
 
 class Tied(nn.Module):
     def __init__(self) -> None:
@@ -39,20 +41,6 @@ class LinearOnly(Tied):
 class AlsoMultiplied(Tied):
     def forward(self, ids: torch.Tensor, x: torch.Tensor) -> Any:
         return self.emb(ids), F.linear(x, self.emb.weight), x.sum() * self.emb.weight
-
-
-class Embed(nn.Module):
-    def __init__(self, emb: nn.Embedding) -> None:
-        super().__init__()
-        self.emb = emb
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.emb(ids)
-
-
-class Logits(Embed):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        return F.linear(x, self.emb.weight)
 
 
 INPUTS = (torch.randint(0, 32, (4,)), torch.randn(2, 8))

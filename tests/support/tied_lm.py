@@ -1,5 +1,6 @@
-"""A tiny transformers causal LM whose lm_head is its embedding (random weights, nothing
-downloaded), shared by the tied-table tests."""
+"""What the tied-table tests share: a tiny transformers causal LM whose lm_head is its
+embedding (random weights, nothing downloaded), and a table looked up by one method and
+multiplied by in another."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TIED_VOCAB", "TIED_HIDDEN", "tiny_tied_llama"]
+__all__ = ["Embed", "Logits", "TIED_HIDDEN", "TIED_VOCAB", "tiny_tied_llama"]
 
 TIED_VOCAB, TIED_HIDDEN = 1000, 64
 
@@ -30,3 +31,21 @@ def tiny_tied_llama(seed: int) -> Any:
     lm = transformers.LlamaForCausalLM(config).eval()
     assert lm.lm_head.weight is lm.model.embed_tokens.weight
     return lm
+
+
+class Embed(torch.nn.Module):
+    """One method of a two-method tied program: the lookup ``emb(ids)``."""
+
+    def __init__(self, emb: torch.nn.Embedding) -> None:
+        super().__init__()
+        self.emb = emb
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids)
+
+
+class Logits(Embed):
+    """The other method: ``F.linear(x, emb.weight)`` with the same table."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return torch.nn.functional.linear(x, self.emb.weight)

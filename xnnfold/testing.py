@@ -25,7 +25,7 @@ from torch import nn
 
 from xnnfold._upstream import tree_flatten
 from xnnfold.lowering._lower import lower
-from xnnfold.lowering._runtime import run_pte
+from xnnfold.lowering._runtime import LoadedProgram
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow
 from xnnfold.passes.report._summary import ProgramSummary, summarize
@@ -283,7 +283,7 @@ def assert_fully_delegated(
     mismatches: list[OutputMismatch] = []
     if check_outputs:
         try:
-            actual = run_pte(program.buffer, _leaves(example_inputs))
+            actual = LoadedProgram.of(program)(_leaves(example_inputs))
         except Exception as error:
             error.add_note(report.table())
             raise

@@ -224,3 +224,20 @@ def test_the_pte_alone_does_not_load() -> None:
     et = xnnfold.to_executorch(model, inputs)
     with pytest.raises(RuntimeError):
         xnnfold.run_pte(et.buffer, list(inputs))
+
+
+def test_loaded_program_of_loads_the_table_from_its_ptd() -> None:
+    """`LoadedProgram.of` runs the program the manager holds with the data it needs."""
+    model, inputs = _model(), _inputs()
+    et = xnnfold.to_executorch(model, inputs)
+    assert xnnfold.data_files(et) == (PTD,)
+    _assert_close(xnnfold.LoadedProgram.of(et)(list(inputs)), model(*inputs))
+
+
+def test_loaded_program_of_a_program_without_data_loads_its_buffer() -> None:
+    model, inputs = _model(), _inputs()
+    et = xnnfold.to_executorch(
+        model, inputs, partitioner=xnnfold.XnnpackFoldingPartitioner(tie_tables=False)
+    )
+    assert xnnfold.data_files(et) == ()
+    _assert_close(xnnfold.LoadedProgram.of(et)(list(inputs)), model(*inputs))

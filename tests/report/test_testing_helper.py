@@ -87,6 +87,26 @@ def test_passes_on_weight_norm_conv() -> None:
     assert check.max_abs_error == pytest.approx(float((out - expected).abs().max()))
 
 
+class TiedHead(nn.Module):
+    """A lookup and a linear sharing one table: stored once, in a `.ptd` the `.pte` needs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(256, 16)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.linear(torch.tanh(self.emb(ids)), self.emb.weight)
+
+
+def test_passes_on_a_tied_table_stored_beside_the_pte() -> None:
+    torch.manual_seed(0)
+    model, ids = TiedHead().eval(), torch.randint(0, 256, (5,))
+    check = assert_fully_delegated(model, (ids,))
+
+    assert xnnfold.data_files(check.program) == ("_default_external_constant.ptd",)
+    assert check.max_abs_error is not None and check.max_abs_error <= 1e-5
+
+
 def _prepare_state(model: nn.Module) -> list[object]:
     """Everything `prepare_for_xnnpack` touches: parametrization hooks, legacy hook types."""
     state: list[object] = []

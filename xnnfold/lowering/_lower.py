@@ -59,12 +59,13 @@ def to_executorch(
         partitioner: a configured `XnnpackFoldingPartitioner` (default options otherwise).
 
     Returns:
-        The `ExecutorchProgramManager`; ``.buffer`` holds the ``.pte`` bytes.
+        The `ExecutorchProgramManager`; ``.buffer`` holds the ``.pte`` bytes, and a
+        program with a tied table also needs its ``.ptd`` (docs/tied-tables.md).
 
     Example::
 
         et = xnnfold.to_executorch(model.eval(), (x,))
-        open("model.pte", "wb").write(et.buffer)
+        xnnfold.save(et, "model.pte")  # and the .ptd beside it, when the program needs one
     """
     return lower(
         model, example_inputs, dynamic_shapes=dynamic_shapes, partitioner=partitioner

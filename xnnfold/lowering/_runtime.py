@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
+from executorch.exir import ExecutorchProgramManager
 from executorch.runtime import Runtime
 
 from xnnfold import _upstream
+from xnnfold.lowering._save import data_files
 
 __all__ = ["LoadedProgram", "run_pte"]
 
@@ -40,6 +42,8 @@ class LoadedProgram:
     ) -> None:
         self._buffer = buffer
         self._files: Optional[tempfile.TemporaryDirectory[str]] = None
+        # The directory holding ``data_path`` when `of` wrote it: kept as long as the program.
+        self._data: Optional[tempfile.TemporaryDirectory[str]] = None
         self._execute: Callable[[list[Any]], Sequence[Any]]
         if data_path is None:
             self._program: Any = Runtime.get().load_program(buffer)
@@ -58,6 +62,29 @@ class LoadedProgram:
                 str(pte), data_path=os.fspath(data_path)
             )
             self._execute = lambda inputs: self._program.run_method(method, tuple(inputs))
+
+    @classmethod
+    def of(cls, program: ExecutorchProgramManager, method: str = "forward") -> LoadedProgram:
+        """``program``'s ``method``, loaded with the external data file it needs, if any.
+
+        A program whose tied table is stored once (docs/tied-tables.md) does not load from
+        its ``.buffer`` alone; this writes the ``.ptd`` to a temporary directory that lives
+        as long as the returned object, and loads the program with it.
+        """
+        names = data_files(program)
+        if not names:
+            return cls(program.buffer, method)
+        if len(names) > 1:
+            raise ValueError(
+                f"xnnfold.LoadedProgram.of: the program needs {len(names)} external data "
+                f"files ({', '.join(names)}), and executorch.runtime loads one; write them "
+                "with xnnfold.save and load the .pte with the C++ Module, which takes several"
+            )
+        directory = tempfile.TemporaryDirectory(prefix="xnnfold-")
+        program.write_tensor_data_to_file(directory.name)
+        loaded = cls(program.buffer, method, data_path=Path(directory.name) / names[0])
+        loaded._data = directory
+        return loaded
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[Any]:
         return list(self._execute(list(inputs)))

@@ -34,6 +34,7 @@ import queue
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
@@ -89,14 +90,42 @@ _EXACT_CAPS = {
     "upsample_initial_channel": 32,
     "max_position_embeddings": 512,
 }
-# Suffixes of integer or integer-list fields that size channels: capped at 32.
-_CHANNEL_SUFFIXES = ("_hidden_size", "_channels", "_dim", "_dims", "hidden_sizes", "_size_list")
+# Suffixes of integer or integer-list fields that size channels (or group them): capped
+# at 32.
+_CHANNEL_SUFFIXES = (
+    "_hidden_size",
+    "_channels",
+    "_dim",
+    "_dims",
+    "_dimension",
+    "hidden_sizes",
+    "_size_list",
+    "_groups",
+)
 _NOT_CHANNELS = ("kernel", "stride", "patch", "pad", "dilation", "head_dim", "mel", "in_dim")
 
 
-def _cap(name: str, value: Any) -> Any:
+# The fields `_EXACT_CAPS` names that count (layers, vocabularies, experts, positions):
+# the only ones capped at the "counts" level, for classes whose channel arithmetic
+# shrinking the widths breaks (groups, divisibility, hard-coded sizes).
+_COUNTS = frozenset(
+    name
+    for name in _EXACT_CAPS
+    if "layer" in name or "experts" in name or name in ("vocab_size", "max_position_embeddings")
+)
+# The configs tried in turn, while the class fails to build or run eagerly: every size
+# shrunk, only the counts capped, the default; the last two only up to
+# `MAX_DEFAULT_PARAMETERS` parameters.
+LEVELS = ("shrunk", "counts", "default")
+
+
+def _cap(name: str, value: Any, *, counts_only: bool = False) -> Any:
     if isinstance(value, bool):
         return value
+    if counts_only:
+        return (
+            min(value, _EXACT_CAPS[name]) if name in _COUNTS and isinstance(value, int) else value
+        )
     if name in _EXACT_CAPS and isinstance(value, int):
         return min(value, _EXACT_CAPS[name])
     channels = name.endswith(_CHANNEL_SUFFIXES) and not any(w in name for w in _NOT_CHANNELS)
@@ -151,14 +180,14 @@ def _leaves(value: Any) -> list[Any]:
     return []
 
 
-def _shrunk(config: Any) -> Any:
+def _shrunk(config: Any, *, counts_only: bool = False) -> Any:
     for name, value in list(vars(config).items()):
         if name.startswith("_"):
             continue
         if hasattr(value, "to_dict") and hasattr(value, "model_type"):
-            setattr(config, name, _shrunk(value))
+            setattr(config, name, _shrunk(value, counts_only=counts_only))
             continue
-        new = _cap(name, value)
+        new = _cap(name, value, counts_only=counts_only)
         if new != value:
             # A property without a setter keeps its value.
             with contextlib.suppress(Exception):
@@ -321,11 +350,15 @@ def _compare(actual: list[Any], expected: list[Any]) -> tuple[float, float]:
     return diff, scale
 
 
-def _lowered(ep: Any, partitioner: Any) -> tuple[Any, bytes]:
+def _lowered(ep: Any, partitioner: Any, directory: Path) -> tuple[Any, tuple[Path, ...]]:
+    """The edge program and the files `xnnfold.save` writes to ``directory``: the `.pte`,
+    then the `.ptd` a program with a tied table needs (docs/tied-tables.md)."""
     from executorch.exir import to_edge_transform_and_lower
 
+    import xnnfold
+
     edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-    return edge, edge.to_executorch().buffer
+    return edge, xnnfold.save(edge.to_executorch(), directory / "model.pte")
 
 
 def _outside(report: Any) -> list[str]:
@@ -336,7 +369,6 @@ def _sweep_class(module: str, name: str) -> dict[str, Any]:
     import importlib
 
     import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
     from transformers import PreTrainedModel
 
     import xnnfold
@@ -351,21 +383,23 @@ def _sweep_class(module: str, name: str) -> dict[str, Any]:
         if config_class is None:
             return {**result, "status": "skipped", "stage": stage, "reason": "no config class"}
         inputs = None
-        # Why the shrunk config failed (the reason recorded), then the default's.
+        # Why each level failed: the shrunk config's reason is the one recorded.
         failed: list[tuple[str, str]] = []
-        # The shrunk config first; the default one when shrinking broke the class.
-        for shrink in (True, False):
+        for level in LEVELS:
             stage = "build"
             try:
                 torch.manual_seed(0)
-                config = _shrunk(config_class()) if shrink else config_class()
-                if not shrink:
+                config = config_class()
+                if level != "default":
+                    config = _shrunk(config, counts_only=level == "counts")
+                if level != "shrunk":
                     if hasattr(config, "use_cache"):
                         config.use_cache = False
                     with torch.device("meta"):
                         size = sum(p.numel() for p in cls(config).parameters())
                     if size > MAX_DEFAULT_PARAMETERS:
-                        break
+                        failed.append((stage, f"{level} config: {size:,} parameters"))
+                        continue
                 model = cls(config).float().eval()
                 if hasattr(model, "apply_weight_norm"):
                     model.apply_weight_norm()
@@ -385,9 +419,10 @@ def _sweep_class(module: str, name: str) -> dict[str, Any]:
             except Exception as error:
                 failed.append((stage, f"{type(error).__name__}: {error}"))
             if inputs is not None:
-                result["config"] = "shrunk" if shrink else "default"
+                result["config"] = level
                 break
         if inputs is None:
+            result["levels"] = [f"{s}: {r[:120]}" for s, r in failed]
             stage, reason = failed[0]
             raise RuntimeError(reason)
         names = list(inputs)
@@ -405,43 +440,61 @@ def _sweep_class(module: str, name: str) -> dict[str, Any]:
     sys.stdout.write(f"{LOWERING}\n")
     sys.stdout.flush()
     ep_folding = torch.export.export(xnnfold.prepare_for_xnnpack(wrapped), args, strict=False)
-    variants: dict[str, Any] = {}
-    programs = {}
-    for label, make, program in (
-        ("xnnfold", lambda: xnnfold.XnnpackFoldingPartitioner(), ep_folding),
-        ("stock", lambda: XnnpackPartitioner(), ep),
-    ):
-        entry: dict[str, Any] = {}
-        try:
-            edge, buffer = _lowered(program, make())
-        except Exception as error:
-            entry["error"] = f"lower: {type(error).__name__}: {str(error)[:300]}"
-            variants[label] = entry
-            continue
-        report = xnnfold.explain(edge)
-        entry["computed"] = sum(1 for row in report.rows if row.computed)
-        entry["folded"] = sum(1 for row in report.rows if row.folded)
-        entry["outside"] = _outside(report)
-        entry["bytes"] = len(buffer)
-        try:
-            loaded = xnnfold.LoadedProgram(buffer)
-            actual = loaded(list(args))
-        except Exception as error:
-            entry["error"] = f"load/run: {type(error).__name__}: {str(error)[:300]}"
-            variants[label] = entry
-            continue
-        entry["diff"], entry["scale"] = _compare(actual, expected)
-        programs[label] = loaded
-        variants[label] = entry
-    result["variants"] = variants
+    result["variants"] = variants = _through_partitioners(ep, ep_folding, args, expected)
     folding = variants.get("xnnfold", {})
     if not folding.get("computed") and "error" not in folding:
         return {**result, "status": "no computed GEMM"}
-    calls = {label: lambda loaded=loaded: loaded(list(args)) for label, loaded in programs.items()}
-    for label, ms in _interleaved(calls).items():
-        variants[label]["ms"] = ms
     result["exporter"] = _through_exporter(model, inputs, expected)
     return {**result, "status": "computed GEMM"}
+
+
+def _through_partitioners(
+    ep: Any, ep_folding: Any, args: tuple[Any, ...], expected: list[Any]
+) -> dict[str, Any]:
+    """Stock and xnnfold partitioners: GEMMs outside, files' bytes, diff and ms, or the
+    error."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    import xnnfold
+
+    variants: dict[str, Any] = {}
+    programs = {}
+    # The programs' files live until the timings are done.
+    with contextlib.ExitStack() as files:
+        for label, make, program in (
+            ("xnnfold", lambda: xnnfold.XnnpackFoldingPartitioner(), ep_folding),
+            ("stock", lambda: XnnpackPartitioner(), ep),
+        ):
+            entry: dict[str, Any] = {}
+            variants[label] = entry
+            directory = Path(files.enter_context(tempfile.TemporaryDirectory(prefix="sweep-")))
+            try:
+                edge, (pte, *data) = _lowered(program, make(), directory)
+            except Exception as error:
+                entry["error"] = f"lower: {type(error).__name__}: {str(error)[:300]}"
+                continue
+            report = xnnfold.explain(edge)
+            entry["computed"] = sum(1 for row in report.rows if row.computed)
+            entry["folded"] = sum(1 for row in report.rows if row.folded)
+            entry["outside"] = _outside(report)
+            # What a device stores: the `.pte` and its `.ptd`, if any.
+            entry["bytes"] = sum(path.stat().st_size for path in (pte, *data))
+            if data:
+                entry["data_files"] = [path.name for path in data]
+            try:
+                loaded = xnnfold.LoadedProgram(
+                    pte.read_bytes(), data_path=data[0] if data else None
+                )
+                actual = loaded(list(args))
+            except Exception as error:
+                entry["error"] = f"load/run: {type(error).__name__}: {str(error)[:300]}"
+                continue
+            entry["diff"], entry["scale"] = _compare(actual, expected)
+            programs[label] = loaded
+        calls = {label: lambda run=run: run(list(args)) for label, run in programs.items()}
+        for label, ms in _interleaved(calls).items():
+            variants[label]["ms"] = ms
+    return variants
 
 
 def _through_exporter(model: Any, inputs: dict[str, Any], expected: list[Any]) -> dict[str, Any]:

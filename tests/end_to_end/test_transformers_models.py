@@ -1,4 +1,5 @@
-"""Model classes nobody here wrote: Hugging Face transformers' audio encoders and vocoders.
+"""Model classes nobody here wrote: transformers' audio encoders, vocoders and the causal
+LMs whose GEMM weights are computed (found by benchmarks/transformers_sweep.py).
 
 The fixtures (`xnnfold.fixtures`) reproduce the patterns of these architectures; these
 tests lower the library's own classes, at tiny configs with random weights (nothing is
@@ -39,6 +40,33 @@ _HIFIGAN = dict(
     resblock_kernel_sizes=[3, 5],
     resblock_dilation_sizes=[[1, 3], [1, 3]],
 )
+
+
+# A causal LM at this size: a small vocabulary (its special tokens inside it), two layers.
+_LM = dict(
+    vocab_size=64,
+    hidden_size=16,
+    num_hidden_layers=2,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    use_cache=False,
+)
+
+
+class _LogitsOf(torch.nn.Module):
+    """A causal LM called on token ids, returning its logits."""
+
+    def __init__(self, lm: Any) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=ids).logits
+
+
+def _ids() -> tuple[torch.Tensor, ...]:
+    return (torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(1)),)
 
 
 def _with_weight_norm(model: Any) -> Any:
@@ -137,6 +165,40 @@ CASES = {
         ),
         lambda: (torch.randn(1, 12, 20, generator=torch.Generator().manual_seed(1)),),
         20,
+    ),
+    # The mixer's causal convolution takes `conv1d.weight.squeeze(1)` (folded); its
+    # `dt_proj.weight @ x` mm is delegated with that operand taken at run time, since
+    # folding it would store the table twice.
+    "mamba": Case(
+        lambda: _LogitsOf(
+            transformers.MambaForCausalLM(
+                transformers.MambaConfig(
+                    **_LM, state_size=4, intermediate_size=32, conv_kernel=4, time_step_rank=2
+                )
+            )
+        ),
+        _ids,
+        2,
+    ),
+    # Every linear is `x @ self.weight.T`: the transposed weight folds.
+    "falcon": Case(
+        lambda: _LogitsOf(
+            transformers.FalconForCausalLM(transformers.FalconConfig(**_LM, num_attention_heads=2))
+        ),
+        _ids,
+        8,
+    ),
+    # The short causal convolution takes `conv.weight.squeeze(1)`, as Mamba's does.
+    "lfm3": Case(
+        lambda: _LogitsOf(
+            transformers.Lfm3ForCausalLM(
+                transformers.Lfm3Config(
+                    **_LM, num_attention_heads=2, num_key_value_heads=1, intermediate_size=32
+                )
+            )
+        ),
+        _ids,
+        2,
     ),
 }
 

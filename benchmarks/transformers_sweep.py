@@ -46,6 +46,11 @@ DEFAULT_TIMEOUT = 150.0
 DEFAULT_LOWERING_TIMEOUT = 480.0
 # What a worker says when a class's screen found a candidate and the lowerings start.
 LOWERING = "LOWERING"
+# What a worker does with a class: screen it only (a candidate is left as `CANDIDATE` for
+# a later run to lower), or lower a candidate through the partitioners, and through
+# transformers' exporter too.
+SCREEN, PARTITIONERS, EXPORTER = "screen", "partitioners", "exporter"
+CANDIDATE = "candidate, not lowered yet"
 RUNS = 7
 # A class whose shrunk config fails is tried with its default config, if no larger.
 MAX_DEFAULT_PARAMETERS = 30_000_000
@@ -365,7 +370,7 @@ def _outside(report: Any) -> list[str]:
     return [f"{row.module} ({row.code or 'no code'})" for row in report.outside if row.computed]
 
 
-def _sweep_class(module: str, name: str) -> dict[str, Any]:
+def _sweep_class(module: str, name: str, *, mode: str = EXPORTER) -> dict[str, Any]:
     import importlib
 
     import torch
@@ -436,6 +441,8 @@ def _sweep_class(module: str, name: str) -> dict[str, Any]:
     result["inputs"] = {k: list(v.shape) for k, v in inputs.items()}
     if not _computed_gemm_args(ep):
         return {**result, "status": "no computed GEMM argument"}
+    if mode == SCREEN:
+        return {**result, "status": CANDIDATE}
     # The driver gives the lowerings their own, longer, timeout from here.
     sys.stdout.write(f"{LOWERING}\n")
     sys.stdout.flush()
@@ -444,7 +451,8 @@ def _sweep_class(module: str, name: str) -> dict[str, Any]:
     folding = variants.get("xnnfold", {})
     if not folding.get("computed") and "error" not in folding:
         return {**result, "status": "no computed GEMM"}
-    result["exporter"] = _through_exporter(model, inputs, expected)
+    if mode == EXPORTER:
+        result["exporter"] = _through_exporter(model, inputs, expected)
     return {**result, "status": "computed GEMM"}
 
 
@@ -562,10 +570,10 @@ def worker() -> int:
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
     for line in sys.stdin:
-        module, name = line.split()
+        module, name, mode = line.split()
         started = time.perf_counter()
         try:
-            result = _sweep_class(module, name)
+            result = _sweep_class(module, name, mode=mode)
         except Exception as error:
             result = {
                 "class": name,
@@ -639,10 +647,10 @@ class _Worker:
         self.lines.put("")
 
     def ask(
-        self, module: str, name: str, timeout: float, lowering_timeout: float
+        self, module: str, name: str, mode: str, timeout: float, lowering_timeout: float
     ) -> Optional[dict[str, Any]]:
         assert self.process.stdin is not None
-        self.process.stdin.write(f"{module} {name}\n")
+        self.process.stdin.write(f"{module} {name} {mode}\n")
         self.process.stdin.flush()
         deadline = time.monotonic() + timeout
         while True:
@@ -678,10 +686,24 @@ def _done() -> dict[str, dict[str, Any]]:
     return {r["class"]: r for r in (json.loads(line) for line in RESULTS.read_text().splitlines())}
 
 
-def run(classes: list[tuple[str, str]], timeout: float, lowering_timeout: float, jobs: int) -> None:
+def run(
+    classes: list[tuple[str, str]],
+    timeout: float,
+    lowering_timeout: float,
+    jobs: int,
+    *,
+    exporter_for_all: bool,
+    screen_only: bool,
+) -> None:
+    """Sweep ``classes`` in ``jobs`` workers, appending to `RESULTS`; a class already
+    there is skipped, unless only screened (`CANDIDATE`) and this run lowers. Through
+    transformers' exporter too: every class with ``exporter_for_all``, else each modeling
+    file's first class only (the exporter lowers with the same partitioners; it doubles a
+    class's time)."""
     import threading
 
-    done = _done()
+    firsts = {module: name for module, name in reversed(classes)}
+    done = {n for n, r in _done().items() if screen_only or r["status"] != CANDIDATE}
     pending = [(m, n) for m, n in classes if n not in done]
     print(f"{len(classes)} classes, {len(classes) - len(pending)} already done", flush=True)
     work: queue.Queue[tuple[int, str, str]] = queue.Queue()
@@ -698,7 +720,13 @@ def run(classes: list[tuple[str, str]], timeout: float, lowering_timeout: float,
                 break
             if current is None:
                 current = _Worker()
-            result = current.ask(module, name, timeout, lowering_timeout)
+            if screen_only:
+                mode = SCREEN
+            elif exporter_for_all or firsts[module] == name:
+                mode = EXPORTER
+            else:
+                mode = PARTITIONERS
+            result = current.ask(module, name, mode, timeout, lowering_timeout)
             if result is None or result.get("stage") == "worker died":
                 current.stop()
                 current = None
@@ -890,13 +918,15 @@ def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -
         "",
         '`ExecutorchExporter().export(model, inputs, ExecutorchConfig(backend="xnnpack"))` '
         "(stock) and `xnnfold.integrations.transformers.export` (xnnfold), run through the "
-        "exporter's runner (latency: rows swept after it was added).",
+        "exporter's runner: each modeling file's first class (`--exporter-for-all` runs "
+        "every class; the exporter lowers with the same partitioners).",
         "",
         head,
         rule,
     ]
     for r in found:
-        lines.append(_row(r["class"], r.get("exporter", {}), []))
+        if "exporter" in r:
+            lines.append(_row(r["class"], r["exporter"], []))
     errors = [
         (r["class"], f"{path} {label}", _error_cell(e))
         for r in found
@@ -922,6 +952,16 @@ def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -
         lines += [
             f"- {r['class']}: {_error_cell(r['variants'].get('xnnfold', {})) or 'none found'}"
             for r in unread
+        ]
+    waiting = sorted(n for n, r in seen.items() if r["status"] == CANDIDATE)
+    if waiting:
+        lines += [
+            "",
+            "## Candidates not lowered yet",
+            "",
+            "A GEMM-like op of the exported program reads a tensor computed from "
+            "constants; the run ended before these were lowered (a rerun without "
+            f"`--screen-only` lowers them): {', '.join(waiting)}.",
         ]
     reasons: collections.Counter[str] = collections.Counter()
     for r in seen.values():
@@ -953,6 +993,16 @@ def main() -> int:
         help="seconds for the lowerings and timing of a class with a candidate",
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--exporter-for-all",
+        action="store_true",
+        help="through transformers' exporter every class, not only each file's first",
+    )
+    parser.add_argument(
+        "--screen-only",
+        action="store_true",
+        help="build, export and screen; leave the lowerings to a later run",
+    )
     parser.add_argument(
         "--redo", nargs="*", default=[], help="redo the classes skipped at these stages"
     )
@@ -987,7 +1037,14 @@ def main() -> int:
             if json.loads(line)["class"] not in names
         ]
         RESULTS.write_text("".join(line + "\n" for line in kept))
-    run(classes, args.timeout, args.lowering_timeout, args.jobs)
+    run(
+        classes,
+        args.timeout,
+        args.lowering_timeout,
+        args.jobs,
+        exporter_for_all=args.exporter_for_all,
+        screen_only=args.screen_only,
+    )
     return 0
 
 

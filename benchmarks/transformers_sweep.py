@@ -850,7 +850,7 @@ def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -
     import torch
     import transformers
 
-    from xnnfold._upstream import installed_version
+    from xnnfold._releases import installed_version
 
     # Older result lines named an import failure "crash".
     for r in results.values():

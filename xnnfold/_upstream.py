@@ -1,5 +1,4 @@
-"""The one seam to executorch, torch, torchao, transformers and libcst internals, and their
-releases.
+"""The one seam to executorch, torch, torchao, transformers and libcst internals.
 
 xnnfold extends executorch's XNNPACK backend where it has no public seam: it overrides the
 GEMM configs' dependency hooks, wraps `XnnpackBackend.preprocess`, reads executorch's
@@ -14,11 +13,19 @@ nowhere else:
   the codemod never imports torch; a name that moved raises `UnsupportedRelease` naming
   it, the installed release and the releases xnnfold was written for;
 - `UPSTREAM_NAMES` lists the private attributes xnnfold overrides or reads on upstream
-  classes; the folding partitioner checks them, with the releases, when it is built
-  (`check_releases`);
+  classes; the folding partitioner checks them, with the installed releases, when it is
+  built (`check_releases`);
 - the accessors below (`aten_op_of`, `schema_of`, `overload_name_of`,
-  `forward_pre_hooks_of`, `conv_forward`, `set_graph_signature`) are the only code that
-  reads or writes a private attribute of an upstream object.
+  `forward_pre_hooks_of`, `conv_forward`, `warn_if_deprecated_to_backend`,
+  `set_graph_signature`, `external_data_files_of`, `real_value_of_fake`) are the only code
+  that reads or writes a private attribute of an upstream object, and `supports_bf16`
+  asks the installed configs what they take.
+
+Which releases were tested, and what an installed one gets, is the release policy,
+`xnnfold._releases`: it changes with every release tested, this module only when a release
+moves a name. This module imports from it (the releases its names were written for, the
+policy's verdict on the installed torch and executorch, which `check_releases` logs with
+the check of the names), never the reverse.
 
 `tests/install/test_upstream_seam.py` scans every other module for private imports and
 private attribute access.
@@ -26,11 +33,12 @@ private attribute access.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import logging
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Callable, Final, Optional, TYPE_CHECKING
+
+# As a module, so that no name of the release policy is also an attribute of the seam.
+from xnnfold import _releases
 
 if TYPE_CHECKING:
     import torch
@@ -62,19 +70,17 @@ if TYPE_CHECKING:
     transformers_backend_prepare: dict[str, Callable[..., Any]]
 
 __all__ = [
-    "DEFAULT_COMBINATION",
-    "EXECUTORCH_RANGE",
-    "TESTED_TRANSFORMERS",
-    "TRANSFORMERS_RANGE",
     "INTERNALS",
     "EdgeOpOverload",
     "LazyValue",
     "OpOverload",
     "OrthogonalParametrization",
     "SpectralNormParametrization",
+    "UPSTREAM_NAMES",
     "WeightNormParametrization",
     "XNNPACKPass",
     "aten_op_of",
+    "check_releases",
     "conv_forward",
     "default_decomposition_table",
     "exir_ops",
@@ -84,84 +90,16 @@ __all__ = [
     "optional_internal",
     "overload_name_of",
     "quantize_default_filter",
-    "release_span",
     "real_value_of_fake",
     "schema_of",
     "set_graph_signature",
+    "supports_bf16",
     "transformers_backend_prepare",
     "tree_flatten",
     "tree_leaves",
     "unset_fake_temporarily",
-    "TESTED",
-    "TESTED_COMBINATIONS",
-    "TORCH_RANGE",
-    "UPSTREAM_NAMES",
-    "UnsupportedRelease",
-    "check_releases",
-    "check_transformers_release",
-    "installed_version",
-    "supports_bf16",
     "warn_if_deprecated_to_backend",
 ]
-
-# The one table of tested releases: each (torch, executorch) pair the suite passed on. The
-# default stack runs the full suite, every other pair the fast tier (docs/versions.md).
-# Everything below is derived from it, and pyproject.toml's xnnpack extra, tox.ini, .ci/run
-# and docs/versions.md list the same pairs (tests/install/test_supported_versions.py).
-TESTED_COMBINATIONS: Final[frozenset[tuple[str, str]]] = frozenset(
-    {
-        ("2.13.0", "1.4.1"),
-        ("2.13.0", "1.5.0"),
-        ("2.13.0", "1.5.1"),
-        ("2.14.1", "1.5.1"),
-        ("2.15.0", "1.5.1"),
-    }
-)
-DEFAULT_COMBINATION: Final[tuple[str, str]] = ("2.13.0", "1.5.1")
-
-
-def _release(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split("."))
-
-
-def _range_of(releases: frozenset[str]) -> tuple[str, str]:
-    """[the lowest tested release, the minor release after the highest): the patch releases
-    of a tested minor are in, the next minor is newer than any tested release."""
-    highest = max(releases, key=_release)
-    major, minor = _release(highest)[:2]
-    return min(releases, key=_release), f"{major}.{minor + 1}"
-
-
-def _listing(releases: frozenset[str]) -> str:
-    """``"2.13.0, 2.14.1 and 2.15.0"``: the releases in order, for messages."""
-    ordered = sorted(releases, key=_release)
-    return " and ".join(filter(None, (", ".join(ordered[:-1]), ordered[-1])))
-
-
-def release_span(releases: frozenset[str]) -> str:
-    """``"5.24.0 to 5.25.0"``: the lowest and highest release, for messages that name a
-    range (a release in between that was not run is still one the range admits)."""
-    ordered = sorted(releases, key=_release)
-    return ordered[0] if len(ordered) == 1 else f"{ordered[0]} to {ordered[-1]}"
-
-
-# The transformers releases xnnfold.integrations.transformers and transformers' own model
-# classes ran on (tests/integrations, tests/end_to_end/test_transformers_models.py), each
-# with the default stack, the newest also with the newest torch and executorch
-# (docs/versions.md).
-TESTED_TRANSFORMERS: Final[frozenset[str]] = frozenset({"5.24.0", "5.25.0"})
-
-# Per package, the releases the suite passed on, and the range the release checks read as
-# tested: [lowest tested, first minor past the highest tested). pyproject.toml's extras
-# declare the lower bounds only: a newer release installs, and the checks decide.
-TESTED: Final[dict[str, frozenset[str]]] = {
-    "torch": frozenset(torch for torch, _ in TESTED_COMBINATIONS),
-    "executorch": frozenset(executorch for _, executorch in TESTED_COMBINATIONS),
-    "transformers": TESTED_TRANSFORMERS,
-}
-TORCH_RANGE: Final[tuple[str, str]] = _range_of(TESTED["torch"])
-EXECUTORCH_RANGE: Final[tuple[str, str]] = _range_of(TESTED["executorch"])
-TRANSFORMERS_RANGE: Final[tuple[str, str]] = _range_of(TESTED["transformers"])
 
 # Every private module-level name xnnfold imports: our name -> (package, module, attribute).
 INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
@@ -209,10 +147,10 @@ INTERNALS: Final[dict[str, tuple[str, str, str]]] = {
 }
 # The releases each package's internals above were written against.
 _WRITTEN_FOR: Final[dict[str, str]] = {
-    "executorch": _listing(TESTED["executorch"]),
-    "torch": _listing(TESTED["torch"]),
+    "executorch": _releases.release_listing(_releases.TESTED["executorch"]),
+    "torch": _releases.release_listing(_releases.TESTED["torch"]),
     "libcst": "1.9",
-    "transformers": release_span(TESTED["transformers"]),
+    "transformers": _releases.release_span(_releases.TESTED["transformers"]),
     "torchao": "0.18",
 }
 
@@ -241,28 +179,13 @@ UPSTREAM_NAMES: Final[tuple[tuple[str, str], ...]] = (
     ("executorch.exir.program._program", "_default_decomposition_table"),
 )
 
-_FIX: Final = (
-    "install a tested release (pip install torch==2.13.0 'executorch>={0},<{1}'), or lower "
-    "with executorch's XnnpackPartitioner"
-)
-_TRANSFORMERS_FIX: Final = (
-    "install a tested release (pip install 'transformers>={0},<{1}'), or export with "
-    "transformers' own ExecutorchExporter().export (the stock partitioner)"
-)
+logger = logging.getLogger(_releases.RELEASE_LOGGER)
 
 
-class UnsupportedRelease(RuntimeError):
-    """The installed executorch, torch or transformers is not one xnnfold was tested with,
-    or moved a private name xnnfold builds on."""
-
-
-logger = logging.getLogger(__name__)
-
-
-def _moved(name: str, problem: str) -> UnsupportedRelease:
+def _moved(name: str, problem: str) -> _releases.UnsupportedRelease:
     package = INTERNALS[name][0]
-    found = installed_version(package) or "(version unknown)"
-    return UnsupportedRelease(
+    found = _releases.installed_version(package) or "(version unknown)"
+    return _releases.UnsupportedRelease(
         f"xnnfold: {problem}: a private {package} name xnnfold relies on, written for "
         f"{package} {_WRITTEN_FOR[package]}, and the installed {package} is {found}. "
         f"Install one of those releases, or report this {package} release to xnnfold."
@@ -301,7 +224,7 @@ def optional_internal(name: str) -> Optional[Any]:
         return globals()[name]
     try:
         return __getattr__(name)
-    except UnsupportedRelease:
+    except _releases.UnsupportedRelease:
         return None
 
 
@@ -368,127 +291,21 @@ def real_value_of_fake(value: torch.Tensor) -> Optional[torch.Tensor]:
     return getattr(value, "constant", None)
 
 
-# Where an installed release stands against its package's tested range.
-_OLDER: Final = "older"
-_IN_RANGE: Final = "in range"
-_NEWER: Final = "newer"
-
-
-def _standing(found: str, bounds: tuple[str, str]) -> Optional[str]:
-    """Whether ``found`` is below ``bounds``, inside ``>=low,<high`` as pip reads it, or at or
-    past ``high``; None for a version that does not parse. Pre-releases count as the release
-    they lead to (``1.6.0a0`` is newer, ``1.4.1rc1`` older) and local labels (``+cpu``) are
-    ignored."""
-    # packaging comes with pip and torch; imported here so the codemod (which reaches the
-    # seam for libcst's LazyValue) does not need it.
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        parsed = Version(Version(found).public)
-    except InvalidVersion:
-        return None
-    if parsed < Version(bounds[0]):
-        return _OLDER
-    if parsed < Version(bounds[1]) and Version(parsed.base_version) != Version(bounds[1]):
-        return _IN_RANGE
-    return _NEWER
-
-
-def _in_range(found: str, bounds: tuple[str, str]) -> bool:
-    """Whether ``found`` satisfies ``>=low,<high`` as pip reads it (see `_standing`)."""
-    return _standing(found, bounds) == _IN_RANGE
-
-
-def _release_warning(package: str, found: str, tested: str, fix: str) -> Optional[str]:
-    """The WARNING for ``package`` ``found`` against its tested releases (``tested`` names
-    them in messages): None for a tested release; a message for a newer release or an
-    untested patch of a tested minor. Raise `UnsupportedRelease` for an older release or a
-    version that does not parse."""
-    from packaging.version import Version
-
-    bounds = _range_of(TESTED[package])
-    standing = _standing(found, bounds)
-    if standing is None or standing == _OLDER:
-        problem = "is older than" if standing == _OLDER else "is not a version like"
-        raise UnsupportedRelease(
-            f"xnnfold: {package} {found} {problem} the releases xnnfold was tested with "
-            f"({tested}; supported: >={bounds[0]}); {fix}"
-        )
-    if standing == _NEWER:
-        return (
-            f"xnnfold: {package} {found} is newer than every release xnnfold was tested "
-            f"with ({tested}): the upstream names it builds on are present, but the suite "
-            f"has not run on it; compare the lowered program's outputs with eager before "
-            f"relying on it, or {fix}"
-        )
-    if Version(found).base_version not in TESTED[package]:
-        return (
-            f"xnnfold: {package} {found} is in the supported range but was not itself "
-            f"tested (tested: {tested})"
-        )
-    return None
-
-
 def check_releases() -> None:
     """Check the installed executorch and torch before a folding partitioner is built.
 
     Raise `UnsupportedRelease` for a release older than every tested one (or whose version
     does not parse), or when a name in `UPSTREAM_NAMES` is missing. Log a WARNING for a
     release the suite did not run on but whose upstream names are all present: a newer
-    release, a later patch of a tested minor, or tested releases in a new pairing. Older is
-    refused because the fix (upgrading to a tested release) goes the way a user's stack
-    goes anyway; newer is allowed because executorch declares no torch bound and a
-    refusal would block the upgrade the rest of the stack accepts (docs/versions.md).
+    release, a later patch of a tested minor, or tested releases in a new pairing. The
+    releases are judged by the release policy (`xnnfold._releases.release_warnings`, which
+    says why older is refused and newer allowed); its warnings are logged only once the
+    names are found, since a release missing one is refused instead.
     """
-    from packaging.version import Version
-
-    fix = _FIX.format(*EXECUTORCH_RANGE)
-    warnings: list[str] = []
-    tested: dict[str, str] = {}
-    for package in ("executorch", "torch"):
-        found = installed_version(package)
-        if found is None:
-            continue  # a source build without metadata: the names below still decide
-        warning = _release_warning(package, found, _listing(TESTED[package]), fix)
-        if warning is None:
-            tested[package] = Version(found).base_version
-        else:
-            warnings.append(warning)
-    _check_upstream_names(fix)
-    pair = (tested.get("torch"), tested.get("executorch"))
-    if None not in pair and pair not in TESTED_COMBINATIONS:
-        warnings.append(
-            f"xnnfold: torch {pair[0]} with executorch {pair[1]} is a combination the suite "
-            "has not run on (tested: "
-            + ", ".join(f"torch {t} + executorch {e}" for t, e in sorted(TESTED_COMBINATIONS))
-            + ")"
-        )
+    warnings = _releases.release_warnings()
+    _check_upstream_names(_releases.STACK_FIX)
     for message in warnings:
         logger.warning("%s", message)
-
-
-def check_transformers_release() -> None:
-    """Check the installed transformers before xnnfold.integrations.transformers exports.
-
-    The policy torch and executorch have (`check_releases`): a tested release is quiet; a
-    newer one, or an untested patch of a tested minor, logs a WARNING, once per process;
-    an older one, or a version that does not parse, raises `UnsupportedRelease`. A private
-    transformers name that moved raises `UnsupportedRelease` on its first use (`INTERNALS`).
-    """
-    found = installed_version("transformers")
-    if found is None:
-        return  # a source build without metadata: the exporter's names still decide
-    fix = _TRANSFORMERS_FIX.format(*TRANSFORMERS_RANGE)
-    warning = _release_warning("transformers", found, release_span(TESTED["transformers"]), fix)
-    if warning is not None:
-        _warn_once(warning)
-
-
-@functools.cache
-def _warn_once(message: str) -> None:
-    """Log ``message`` as a WARNING the first time only: an export per call would repeat
-    the same release's warning in every one."""
-    logger.warning("%s", message)
 
 
 def _check_upstream_names(fix: str) -> None:
@@ -496,13 +313,13 @@ def _check_upstream_names(fix: str) -> None:
         try:
             value: object = importlib.import_module(module_name)
         except ModuleNotFoundError as error:
-            raise UnsupportedRelease(
+            raise _releases.UnsupportedRelease(
                 f"xnnfold: the installed executorch has no module {module_name} "
                 f"({error}), and the folding partitioner builds on it; {fix}"
             ) from error
         for attribute in path.split("."):
             if not hasattr(value, attribute):
-                raise UnsupportedRelease(
+                raise _releases.UnsupportedRelease(
                     f"xnnfold: {module_name}.{path} does not exist in the installed "
                     f"executorch, and the folding partitioner builds on it; {fix}"
                 )
@@ -515,11 +332,3 @@ def supports_bf16() -> bool:
     from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
 
     return getattr(LinearConfig(enable_bf16=True), "enable_bf16", False) is True
-
-
-def installed_version(package: str) -> Optional[str]:
-    """``package``'s installed version, or None for a build without metadata."""
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None

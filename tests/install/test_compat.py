@@ -16,30 +16,32 @@ from typing import Callable, Iterator
 import pytest
 
 import xnnfold
-from xnnfold import _upstream as _compat
-from xnnfold._upstream import (
-    check_releases,
+from xnnfold import _releases, _upstream
+from xnnfold._releases import (
     check_transformers_release,
     EXECUTORCH_RANGE,
-    INTERNALS,
     UnsupportedRelease,
 )
+from xnnfold._upstream import check_releases, INTERNALS
+
+# The logger every release WARNING is on: docs/versions.md names it, and users filter on it.
+LOGGER = "xnnfold._upstream"
 
 
 def test_the_installed_releases_are_supported(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("WARNING", logger=_compat.__name__):
+    with caplog.at_level("WARNING", logger=LOGGER):
         check_releases()
     # A tested release, not only one in the range. (Only this logger: the first import of
     # executorch's modules may log torchao's own warnings.)
-    assert [r.getMessage() for r in caplog.records if r.name == _compat.__name__] == []
-    assert _compat._in_range(version("executorch"), EXECUTORCH_RANGE)
+    assert [r.getMessage() for r in caplog.records if r.name == LOGGER] == []
+    assert _releases._in_range(version("executorch"), EXECUTORCH_RANGE)
     xnnfold.XnnpackFoldingPartitioner()
 
 
 def _installed(monkeypatch: pytest.MonkeyPatch, **found: str) -> None:
     """Make the release lookup answer ``found`` for the packages named, the truth for others."""
-    real = _compat.version
-    monkeypatch.setattr(_compat, "version", lambda name: found.get(name) or real(name))
+    real = _releases.version
+    monkeypatch.setattr(_releases, "version", lambda name: found.get(name) or real(name))
 
 
 @pytest.mark.parametrize(
@@ -83,7 +85,7 @@ def test_a_release_newer_than_every_tested_one_is_accepted_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, package: str, found: str
 ) -> None:
     _installed(monkeypatch, **{package: found})
-    with caplog.at_level("WARNING", logger=_compat.__name__):
+    with caplog.at_level("WARNING", logger=LOGGER):
         xnnfold.XnnpackFoldingPartitioner()
     assert f"{package} {found} is newer than every release xnnfold was tested with" in caplog.text
 
@@ -93,9 +95,9 @@ def test_a_newer_release_whose_upstream_name_moved_is_refused_by_name(
 ) -> None:
     _installed(monkeypatch, executorch="1.6.0")
     moved = ("executorch.backends.xnnpack.xnnpack_preprocess", "XnnpackBackend.gone")
-    monkeypatch.setattr(_compat, "UPSTREAM_NAMES", (*_compat.UPSTREAM_NAMES, moved))
+    monkeypatch.setattr(_upstream, "UPSTREAM_NAMES", (*_upstream.UPSTREAM_NAMES, moved))
     with (
-        caplog.at_level("WARNING", logger=_compat.__name__),
+        caplog.at_level("WARNING", logger=LOGGER),
         pytest.raises(UnsupportedRelease, match=r"XnnpackBackend\.gone does not exist"),
     ):
         xnnfold.XnnpackFoldingPartitioner()
@@ -111,16 +113,20 @@ def test_a_newer_release_whose_internal_moved_is_refused_naming_the_release(
     with pytest.raises(
         UnsupportedRelease, match=r"_pytree has no attribute _gone.*installed torch is 2\.16\.0"
     ):
-        _compat.moved  # noqa: B018 - the access under test
+        _upstream.moved  # noqa: B018 - the access under test
 
 
 def test_an_untested_patch_release_in_the_range_is_accepted_with_a_warning(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     _installed(monkeypatch, executorch="1.5.2")
-    with caplog.at_level("WARNING", logger=_compat.__name__):
+    with caplog.at_level("WARNING", logger=LOGGER):
         check_releases()
-    assert "executorch 1.5.2 is in the supported range but was not itself tested" in caplog.text
+    assert [
+        r.name
+        for r in caplog.records
+        if "executorch 1.5.2 is in the supported range but was not itself tested" in r.getMessage()
+    ] == [LOGGER]
 
 
 @pytest.mark.parametrize(
@@ -135,8 +141,8 @@ def test_an_untested_combination_of_tested_releases_is_accepted_with_a_warning(
     warned: bool,
 ) -> None:
     found = {"torch": torch_found, "executorch": executorch_found}
-    monkeypatch.setattr(_compat, "version", lambda name: found[name])
-    with caplog.at_level("WARNING", logger=_compat.__name__):
+    monkeypatch.setattr(_releases, "version", lambda name: found[name])
+    with caplog.at_level("WARNING", logger=LOGGER):
         check_releases()
     message = (
         f"torch {torch_found.split('+')[0]} with executorch {executorch_found} is a combination"
@@ -155,7 +161,7 @@ def test_an_untested_combination_of_tested_releases_is_accepted_with_a_warning(
 def test_a_moved_upstream_name_is_refused_by_name(
     monkeypatch: pytest.MonkeyPatch, moved: tuple[str, str]
 ) -> None:
-    monkeypatch.setattr(_compat, "UPSTREAM_NAMES", (*_compat.UPSTREAM_NAMES, moved))
+    monkeypatch.setattr(_upstream, "UPSTREAM_NAMES", (*_upstream.UPSTREAM_NAMES, moved))
     with pytest.raises(
         UnsupportedRelease,
         match=moved[1].split(".")[-1] if "gone" in moved[1] else "no_such_module",
@@ -178,7 +184,7 @@ def test_a_moved_upstream_name_is_refused_by_name(
     ],
 )
 def test_where_a_torch_release_stands_against_the_tested_range(found: str, standing: str) -> None:
-    assert _compat._standing(found, ("2.13.0", "2.16")) == standing
+    assert _releases._standing(found, ("2.13.0", "2.16")) == standing
 
 
 def test_a_folding_config_that_would_not_replace_its_stock_config_is_refused(
@@ -200,10 +206,10 @@ def test_a_folding_config_that_would_not_replace_its_stock_config_is_refused(
 def transformers_warnings(caplog: pytest.LogCaptureFixture) -> Iterator[Callable[[], list[str]]]:
     """The release warnings the transformers check logs from here on, each run starting
     with none yet logged in this process."""
-    _compat._warn_once.cache_clear()
-    with caplog.at_level("WARNING", logger=_compat.__name__):
-        yield lambda: [r.getMessage() for r in caplog.records if r.name == _compat.__name__]
-    _compat._warn_once.cache_clear()
+    _releases._warn_once.cache_clear()
+    with caplog.at_level("WARNING", logger=LOGGER):
+        yield lambda: [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    _releases._warn_once.cache_clear()
 
 
 @pytest.mark.parametrize("found", ["5.24.0", "5.25.0"])

@@ -18,8 +18,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from xnnfold import _upstream
-from xnnfold._upstream import TESTED
+from xnnfold import _releases
+from xnnfold._releases import TESTED
 
 ROOT = Path(__file__).parents[2]
 # The extras a user installs; `models` is for the suite only.
@@ -85,7 +85,7 @@ def _older(package: str) -> list[str]:
 
 
 def _bounds(package: str) -> tuple[str, str]:
-    return _upstream._range_of(TESTED[package])
+    return _releases._range_of(TESTED[package])
 
 
 def test_the_transformers_extra_keeps_a_current_stack() -> None:
@@ -101,14 +101,14 @@ def test_the_transformers_extra_keeps_a_current_stack() -> None:
 def test_no_extra_caps_a_release_the_check_accepts_with_a_warning(extra: str, package: str) -> None:
     newer = _newer(package)
     # What the run-time check does with them: a WARNING, not a refusal (tests/install/test_compat.py).
-    assert {_upstream._standing(release, _bounds(package)) for release in newer} == {"newer"}
+    assert {_releases._standing(release, _bounds(package)) for release in newer} == {"newer"}
     assert [release for release in newer if not _admits(extra, package, release)] == []
 
 
 @pytest.mark.parametrize(("extra", "package"), REQUIRED)
 def test_no_extra_admits_a_release_the_check_refuses(extra: str, package: str) -> None:
     older = _older(package)
-    assert {_upstream._standing(release, _bounds(package)) for release in older} == {"older"}
+    assert {_releases._standing(release, _bounds(package)) for release in older} == {"older"}
     assert [release for release in older if _admits(extra, package, release)] == []
 
 

@@ -2,6 +2,9 @@
 
 - no module of `xnnfold` imports, directly or through others, a module that imports it back
   (every import statement counts: under ``TYPE_CHECKING`` and inside functions too);
+- the seam (`_upstream`) imports the release policy (`_releases`), which reaches the seam
+  through no import: the policy changes with every release, the seam only when upstream
+  moves a name;
 - the partition stage passes no state through a context variable, and through a
   thread-local only in the default holder of the cross-method facts (`_facts.py`);
 - only the shared analysis calls the predicate (`find_weight_computation`): the stages
@@ -97,6 +100,24 @@ def _package_graph() -> dict[str, set[str]]:
 
 def test_no_module_of_the_package_imports_itself_back() -> None:
     assert find_cycle(_package_graph()) is None
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The modules ``start`` imports, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph.get(todo.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def test_the_seam_imports_the_release_policy_never_the_reverse() -> None:
+    graph = _package_graph()
+    assert "xnnfold._releases" in graph["xnnfold._upstream"]
+    assert "xnnfold._upstream" not in _reachable(graph, "xnnfold._releases")
 
 
 def test_find_cycle_finds_a_cycle_exactly_when_there_is_one() -> None:

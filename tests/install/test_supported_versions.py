@@ -1,4 +1,4 @@
-"""The tested releases are defined once, in `xnnfold._upstream.TESTED_COMBINATIONS`.
+"""The tested releases are defined once, in `xnnfold._releases.TESTED_COMBINATIONS`.
 
 The ranges the release check uses and the lower bounds of pyproject.toml's extras are derived
 from it (and from `TESTED_TRANSFORMERS`), and the files that install, run or document the
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import tomllib
 
-from xnnfold import _upstream
-from xnnfold._upstream import (
+from xnnfold import _releases
+from xnnfold._releases import (
     DEFAULT_COMBINATION,
     EXECUTORCH_RANGE,
     TESTED_COMBINATIONS,
@@ -29,7 +29,7 @@ _RELEASE = r"\d+\.\d+\.\d+"
 
 def test_a_range_runs_from_the_lowest_tested_release_to_the_minor_after_the_highest() -> None:
     # Compared as numbers: 2.9.1 is below 2.10.0, and 2.10 is followed by 2.11.
-    assert _upstream._range_of(frozenset({"2.10.0", "2.9.1", "2.10.2"})) == ("2.9.1", "2.11")
+    assert _releases._range_of(frozenset({"2.10.0", "2.9.1", "2.10.2"})) == ("2.9.1", "2.11")
 
 
 def test_the_default_stack_is_a_tested_combination() -> None:

@@ -13,7 +13,8 @@ from typing import Iterator
 import pytest
 
 from xnnfold import _upstream
-from xnnfold._upstream import INTERNALS, UnsupportedRelease, UPSTREAM_NAMES
+from xnnfold._releases import UnsupportedRelease
+from xnnfold._upstream import INTERNALS, UPSTREAM_NAMES
 
 PACKAGE = Path(_upstream.__file__).parent
 _UPSTREAM_PACKAGES = ("executorch", "torch", "torchao", "libcst", "transformers")

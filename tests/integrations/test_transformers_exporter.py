@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import xnnfold
-from xnnfold._upstream import UnsupportedRelease
+from xnnfold._releases import UnsupportedRelease
 
 from tests.support.audio_encoders import tiny_encoder
 from tests.support.tied_lm import tiny_tied_llama
@@ -195,12 +195,12 @@ def test_an_older_transformers_is_refused_before_exporting(
     _transformers()
     from transformers.exporters import exporter_executorch
 
-    from xnnfold import _upstream
+    from xnnfold import _releases
     from xnnfold.integrations.transformers import export
 
-    real = _upstream.version
+    real = _releases.version
     monkeypatch.setattr(
-        _upstream, "version", lambda name: "5.23.0" if name == "transformers" else real(name)
+        _releases, "version", lambda name: "5.23.0" if name == "transformers" else real(name)
     )
     # Reaching the exporter at all would be a failure of its own.
     monkeypatch.setattr(exporter_executorch, "ExecutorchExporter", None)

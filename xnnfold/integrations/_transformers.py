@@ -14,7 +14,7 @@ ran on the exporting thread was lowered by the stock partitioner: `export` raise
 `UnsupportedRelease` rather than return it.
 
 The installed transformers gets the release policy torch and executorch have
-(`xnnfold._upstream.check_transformers_release`, docs/versions.md).
+(`xnnfold._releases.check_transformers_release`, docs/versions.md).
 
 Thread safety: a lock is held from the swap to the restore, so these exports run one at a
 time; the swapped entry acts only on the thread that installed it, so a stock
@@ -30,7 +30,7 @@ from collections.abc import Mapping, MutableMapping
 from types import ModuleType
 from typing import Any, Callable, Final, Optional
 
-from xnnfold import _upstream
+from xnnfold import _releases, _upstream
 
 __all__ = [
     "EXPORTER_MODULE",
@@ -46,8 +46,8 @@ XNNPACK_BACKEND: Final = "xnnpack"
 INSTALL_HINT: Final = 'pip install "xnnfold[transformers]"'
 _PACKAGE: Final = "transformers"
 _RELEASE_HINT: Final = (
-    f"pip install 'transformers>={_upstream.TRANSFORMERS_RANGE[0]},"
-    f"<{_upstream.TRANSFORMERS_RANGE[1]}'"
+    f"pip install 'transformers>={_releases.TRANSFORMERS_RANGE[0]},"
+    f"<{_releases.TRANSFORMERS_RANGE[1]}'"
 )
 _CALLER: Final = "xnnfold.integrations.transformers.export"
 
@@ -60,7 +60,7 @@ _LOCK: Final = threading.Lock()
 
 def _tested() -> str:
     """``"transformers 5.24.0 to 5.25.0"``: the releases this integration ran on."""
-    return f"transformers {_upstream.release_span(_upstream.TESTED_TRANSFORMERS)}"
+    return f"transformers {_releases.release_span(_releases.TESTED_TRANSFORMERS)}"
 
 
 def _missing(detail: str) -> ImportError:
@@ -71,9 +71,9 @@ def _missing(detail: str) -> ImportError:
     )
 
 
-def _unlike_tested(problem: str) -> _upstream.UnsupportedRelease:
-    found = _upstream.installed_version(_PACKAGE) or "(version unknown)"
-    return _upstream.UnsupportedRelease(
+def _unlike_tested(problem: str) -> _releases.UnsupportedRelease:
+    found = _releases.installed_version(_PACKAGE) or "(version unknown)"
+    return _releases.UnsupportedRelease(
         f"{_CALLER}: {problem}; the installed transformers {found} prepares XNNPACK unlike "
         f"{_tested()}, which this integration was written for; install one of those with: "
         f"{_RELEASE_HINT}, or export with transformers' ExecutorchExporter().export"
@@ -103,7 +103,7 @@ def _exporter_module() -> ModuleType:
         # ExecuTorch exporter. Anything else missing is its own error.
         if missing != EXPORTER_MODULE and not EXPORTER_MODULE.startswith(f"{missing}."):
             raise
-        found = _upstream.installed_version(_PACKAGE) or "(version unknown)"
+        found = _releases.installed_version(_PACKAGE) or "(version unknown)"
         raise _missing(f"the installed transformers {found} has no {missing}") from error
 
 
@@ -229,7 +229,7 @@ def export(
     from xnnfold.rewriter import unprepare_for_xnnpack
 
     require_transformers()
-    _upstream.check_transformers_release()
+    _releases.check_transformers_release()
     module = _exporter_module()
     config = _executorch_config(module, config)
     exporter = module.ExecutorchExporter()

@@ -1,6 +1,6 @@
 """After export: partition computed GEMM weights with their GEMM and fold them at preprocess."""
 
-from xnnfold._upstream import UnsupportedRelease
+from xnnfold._releases import UnsupportedRelease
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget, NO_GROWTH
 from xnnfold.passes.analysis import (
     find_weight_computation,

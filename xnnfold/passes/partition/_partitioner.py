@@ -35,13 +35,13 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.infra.partitioner import Partition
 
+from xnnfold._releases import installed_version as _installed
 from xnnfold._upstream import (
     check_releases,
     OpOverload,
     supports_bf16,
     warn_if_deprecated_to_backend,
 )
-from xnnfold._upstream import installed_version as _installed
 from xnnfold.passes._ops import (
     DEFAULT_MAX_FOLD_NODES,
 )

@@ -7,6 +7,8 @@ checks that xnnfold's files take at most the stock program's bytes minus 90% of 
 
 from __future__ import annotations
 
+import gc
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -241,3 +243,24 @@ def test_loaded_program_of_a_program_without_data_loads_its_buffer() -> None:
     )
     assert xnnfold.data_files(et) == ()
     _assert_close(xnnfold.LoadedProgram.of(et)(list(inputs)), model(*inputs))
+
+
+def test_loaded_program_of_removes_the_ptd_with_the_program(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recorded(**kwargs: Any) -> str:
+        made.append(mkdtemp(**kwargs))
+        return made[-1]
+
+    model, inputs = _model(), _inputs()
+    et = xnnfold.to_executorch(model, inputs)
+    monkeypatch.setattr(tempfile, "mkdtemp", recorded)
+    loaded = xnnfold.LoadedProgram.of(et)
+    (directory,) = made
+    assert (Path(directory) / PTD).is_file()
+    del loaded
+    gc.collect()
+    assert not Path(directory).exists()

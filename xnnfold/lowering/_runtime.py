@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import inspect
 import os
+import shutil
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -42,8 +44,6 @@ class LoadedProgram:
     ) -> None:
         self._buffer = buffer
         self._files: Optional[tempfile.TemporaryDirectory[str]] = None
-        # The directory holding ``data_path`` when `of` wrote it: kept as long as the program.
-        self._data: Optional[tempfile.TemporaryDirectory[str]] = None
         self._execute: Callable[[list[Any]], Sequence[Any]]
         if data_path is None:
             self._program: Any = Runtime.get().load_program(buffer)
@@ -80,10 +80,15 @@ class LoadedProgram:
                 f"files ({', '.join(names)}), and executorch.runtime loads one; write them "
                 "with xnnfold.save and load the .pte with the C++ Module, which takes several"
             )
-        directory = tempfile.TemporaryDirectory(prefix="xnnfold-")
-        program.write_tensor_data_to_file(directory.name)
-        loaded = cls(program.buffer, method, data_path=Path(directory.name) / names[0])
-        loaded._data = directory
+        directory = tempfile.mkdtemp(prefix="xnnfold-")
+        try:
+            program.write_tensor_data_to_file(directory)
+            loaded = cls(program.buffer, method, data_path=Path(directory) / names[0])
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        # The runtime reads the data file while the program lives: removed after it.
+        weakref.finalize(loaded, shutil.rmtree, directory, ignore_errors=True)
         return loaded
 
     def __call__(self, inputs: Sequence[torch.Tensor]) -> list[Any]:

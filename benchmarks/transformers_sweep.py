@@ -1,21 +1,23 @@
 """Every model class of the installed transformers, swept for GEMMs with a computed weight.
 
 For each public model class of ``transformers.models.*`` (read from each modeling file's
-``__all__``): build it from its config with every size shrunk (hidden sizes, layers,
-heads, vocabularies, channel lists, ...), random weights, ``apply_weight_norm()`` where
-the class offers it; find small dummy inputs from its main input name (the first that
-runs eagerly); ``torch.export`` it (``strict=False``). A class whose exported program has
-a GEMM-like op reading a tensor computed from constants is lowered with the folding
-partitioner and asked `xnnfold.explain` whether a GEMM has a computed weight or bias.
-For each class that has one: lowered with the stock ``XnnpackPartitioner`` and with
-``XnnpackFoldingPartitioner`` (and through transformers' exporter, stock and
-``xnnfold.integrations.transformers.export``, where it takes the class), each ``.pte``
-run through executorch.runtime against eager, timed interleaved.
+``__all__``): build it from its config (every size shrunk; else only the counts capped;
+else the default config, `LEVELS`), random weights, ``apply_weight_norm()`` where the
+class offers it; find small dummy inputs from its main input name (the first that runs
+eagerly); ``torch.export`` it (``strict=False``). A class whose exported program has a
+GEMM-like op reading a tensor computed from constants is a candidate: lowered with the
+folding partitioner and asked `xnnfold.explain` whether a GEMM has a computed weight or
+bias, each program written with its ``.ptd`` and run through executorch.runtime against
+eager. The first class of each modeling file found with one is also lowered with the
+stock ``XnnpackPartitioner``, timed interleaved, and goes through transformers' exporter,
+stock and ``xnnfold.integrations.transformers.export``; the file's other classes get the
+stock lowering where xnnfold's fails, is off from eager or leaves one outside.
 
 Each class runs in a worker process with a timeout (a worker that hangs or crashes is
 replaced); results go to a JSON-lines file, so a rerun skips the classes already there.
 
-    nice -n 10 python benchmarks/transformers_sweep.py --limit 20
+    nice -n 10 python benchmarks/transformers_sweep.py --jobs 2 --screen-only
+    nice -n 10 python benchmarks/transformers_sweep.py --jobs 2   # lower the candidates
     nice -n 10 python benchmarks/transformers_sweep.py --only UnivNetModel --fresh
     python benchmarks/transformers_sweep.py --report   # the markdown table, from the JSONL
 
@@ -447,7 +449,9 @@ def _sweep_class(module: str, name: str, *, mode: str = EXPORTER) -> dict[str, A
     sys.stdout.write(f"{LOWERING}\n")
     sys.stdout.flush()
     ep_folding = torch.export.export(xnnfold.prepare_for_xnnpack(wrapped), args, strict=False)
-    result["variants"] = variants = _through_partitioners(ep, ep_folding, args, expected)
+    result["variants"] = variants = _through_partitioners(
+        ep, ep_folding, args, expected, stock_always=mode == EXPORTER
+    )
     folding = variants.get("xnnfold", {})
     if not folding.get("computed") and "error" not in folding:
         return {**result, "status": "no computed GEMM"}
@@ -457,10 +461,13 @@ def _sweep_class(module: str, name: str, *, mode: str = EXPORTER) -> dict[str, A
 
 
 def _through_partitioners(
-    ep: Any, ep_folding: Any, args: tuple[Any, ...], expected: list[Any]
+    ep: Any, ep_folding: Any, args: tuple[Any, ...], expected: list[Any], *, stock_always: bool
 ) -> dict[str, Any]:
-    """Stock and xnnfold partitioners: GEMMs outside, files' bytes, diff and ms, or the
-    error."""
+    """xnnfold's partitioner, then stock's: GEMMs outside, files' bytes, diff and ms, or
+    the error. Stock's only where xnnfold's found a computed-weight GEMM and
+    ``stock_always`` (the comparison, for the first such class of each modeling file),
+    or where xnnfold's failed, is off from eager or left one outside (what stock does
+    there decides whether that counts against xnnfold)."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     import xnnfold
@@ -499,6 +506,10 @@ def _through_partitioners(
                 continue
             entry["diff"], entry["scale"] = _compare(actual, expected)
             programs[label] = loaded
+            if label == "xnnfold" and not entry["computed"]:
+                break  # no computed-weight GEMM: nothing to compare stock with
+            if label == "xnnfold" and not (stock_always or _wrong(entry) or entry["outside"]):
+                break
         calls = {label: lambda run=run: run(list(args)) for label, run in programs.items()}
         for label, ms in _interleaved(calls).items():
             variants[label]["ms"] = ms
@@ -648,16 +659,17 @@ class _Worker:
 
     def ask(
         self, module: str, name: str, mode: str, timeout: float, lowering_timeout: float
-    ) -> Optional[dict[str, Any]]:
+    ) -> dict[str, Any]:
         assert self.process.stdin is not None
         self.process.stdin.write(f"{module} {name} {mode}\n")
         self.process.stdin.flush()
         deadline = time.monotonic() + timeout
+        lowering = False
         while True:
             try:
                 line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                return None
+                return _timed_out(module, name, lowering)
             if line == "":
                 return {
                     "class": name,
@@ -668,16 +680,32 @@ class _Worker:
                 }
             if line.strip() == LOWERING:
                 deadline = time.monotonic() + lowering_timeout
+                lowering = True
                 continue
             if line.startswith("RESULT "):
                 result: dict[str, Any] = json.loads(line[len("RESULT ") :])
                 return result
             if time.monotonic() > deadline:
-                return None
+                return _timed_out(module, name, lowering)
 
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+
+
+# Why a class timed out lowering: the other classes of its modeling file are not tried
+# (they share the architecture whose lowering took too long).
+LOWERING_TIMEOUT = "over the timeout, lowering"
+
+
+def _timed_out(module: str, name: str, lowering: bool) -> dict[str, Any]:
+    return {
+        "class": name,
+        "module": module,
+        "status": "skipped",
+        "stage": "timeout",
+        "reason": LOWERING_TIMEOUT if lowering else "over the timeout, building or exporting",
+    }
 
 
 def _done() -> dict[str, dict[str, Any]]:
@@ -697,14 +725,28 @@ def run(
 ) -> None:
     """Sweep ``classes`` in ``jobs`` workers, appending to `RESULTS`; a class already
     there is skipped, unless only screened (`CANDIDATE`) and this run lowers. Through
-    transformers' exporter too: every class with ``exporter_for_all``, else each modeling
-    file's first class only (the exporter lowers with the same partitioners; it doubles a
-    class's time)."""
+    transformers' exporter and stock's partitioner too: every class with
+    ``exporter_for_all``, else the first class of each modeling file found with a
+    computed-weight GEMM (the exporter lowers with the same partitioners, at twice the
+    time). A class whose file has a class that timed out lowering is not tried."""
     import threading
 
-    firsts = {module: name for module, name in reversed(classes)}
+    # Modeling files one of whose classes went through the exporter and stock.
+    compared = {r["module"] for r in _done().values() if "exporter" in r}
     done = {n for n, r in _done().items() if screen_only or r["status"] != CANDIDATE}
     pending = [(m, n) for m, n in classes if n not in done]
+    # Modeling file -> its class that timed out lowering.
+    slow = {r["module"]: n for n, r in _done().items() if r.get("reason") == LOWERING_TIMEOUT}
+    if not screen_only:
+        # Round-robin over modeling files: each file's first pending class, then each
+        # file's second, ...: a run stopped early has lowered as many architectures as
+        # it could.
+        turn: dict[str, int] = {}
+        ranked = []
+        for index, (module, name) in enumerate(pending):
+            turn[module] = turn.get(module, -1) + 1
+            ranked.append(((turn[module], index), (module, name)))
+        pending = [item for _, item in sorted(ranked)]
     print(f"{len(classes)} classes, {len(classes) - len(pending)} already done", flush=True)
     work: queue.Queue[tuple[int, str, str]] = queue.Queue()
     for index, (module, name) in enumerate(pending, 1):
@@ -722,22 +764,28 @@ def run(
                 current = _Worker()
             if screen_only:
                 mode = SCREEN
-            elif exporter_for_all or firsts[module] == name:
+            elif exporter_for_all or module not in compared:
                 mode = EXPORTER
             else:
                 mode = PARTITIONERS
-            result = current.ask(module, name, mode, timeout, lowering_timeout)
-            if result is None or result.get("stage") == "worker died":
+            if module in slow and not screen_only:
+                result = {
+                    **_timed_out(module, name, True),
+                    "reason": f"not tried: {slow[module]}, of its modeling file, is "
+                    f"{LOWERING_TIMEOUT}",
+                }
+            else:
+                result = current.ask(module, name, mode, timeout, lowering_timeout)
+            if (
+                result.get("stage") in ("worker died", "timeout")
+                and "not tried" not in result["reason"]
+            ):
                 current.stop()
                 current = None
-                if result is None:
-                    result = {
-                        "class": name,
-                        "module": module,
-                        "status": "skipped",
-                        "stage": "timeout",
-                        "reason": "over the timeout",
-                    }
+            if result.get("reason") == LOWERING_TIMEOUT:
+                slow.setdefault(module, name)
+            if "exporter" in result:
+                compared.add(module)
             with lock:
                 out.write(json.dumps(result) + "\n")
                 out.flush()
@@ -783,7 +831,9 @@ def problems(result: dict[str, Any]) -> list[str]:
     for where, path in paths:
         ours, stock = path.get("xnnfold", {}), path.get("stock", {})
         error = ours.get("error", "")
-        if error.startswith("load/run") or "Failed to load" in error:
+        # Unloadable as stock's program is (the same ops on portable: a missing kernel) is
+        # not xnnfold's; unloadable where stock's loads, or where stock does not lower, is.
+        if _unloadable(ours) and not _unloadable(stock):
             found.append(f"unloadable{where}")
         elif error and not stock.get("error"):
             found.append(f"crash where stock lowers{where}")
@@ -793,6 +843,11 @@ def problems(result: dict[str, Any]) -> list[str]:
         if any(row.endswith("(no code)") for row in ours.get("outside", [])):
             found.append(f"outside without a code{where}")
     return found
+
+
+def _unloadable(entry: dict[str, Any]) -> bool:
+    error = entry.get("error", "")
+    return error.startswith("load/run") or "Failed to load" in error
 
 
 def _stock_off_too(ours: dict[str, Any], stock: dict[str, Any]) -> bool:
@@ -895,7 +950,8 @@ def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -
         f"- classes with a computed-weight GEMM (`explain`, either path): {len(found)}",
         f"  - wrong against eager: {totals['wrong']}",
         f"  - crashes where stock lowers: {totals['crash where stock lowers']}",
-        f"  - lower but cannot load: {totals['unloadable']}",
+        f"  - lower but cannot load (where stock's program loads, or stock's does not "
+        f"lower): {totals['unloadable']}",
         f"  - computed-weight GEMMs outside without a code: {totals['outside without a code']}",
         f"- a GEMM-like op reads a computed tensor, but no lowering to read: {len(unread)}",
         "",
@@ -905,7 +961,10 @@ def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -
         "`XnnpackPartitioner` or with `XnnpackFoldingPartitioner` (after "
         "`prepare_for_xnnpack`). GEMMs: with a computed weight or bias / folded by xnnfold. "
         "Outside: computed-weight GEMMs left on portable. Diff: max abs against eager "
-        "through executorch.runtime (the largest eager output in brackets).",
+        "through executorch.runtime (the largest eager output in brackets); bytes: the "
+        "`.pte` and its `.ptd`, if any. Stock's columns are `-` where another class of the "
+        "same modeling file (the same architecture) has them and xnnfold's program "
+        "lowered, matched eager and left nothing outside.",
         "",
         head,
         rule,
@@ -918,8 +977,9 @@ def report(results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]) -
         "",
         '`ExecutorchExporter().export(model, inputs, ExecutorchConfig(backend="xnnpack"))` '
         "(stock) and `xnnfold.integrations.transformers.export` (xnnfold), run through the "
-        "exporter's runner: each modeling file's first class (`--exporter-for-all` runs "
-        "every class; the exporter lowers with the same partitioners).",
+        "exporter's runner: the first class of each modeling file found with one "
+        "(`--exporter-for-all` runs every class; the exporter lowers with the same "
+        "partitioners).",
         "",
         head,
         rule,

@@ -731,12 +731,13 @@ def run(
     time). A class whose file has a class that timed out lowering is not tried."""
     import threading
 
+    results = _done()
     # Modeling files one of whose classes went through the exporter and stock.
-    compared = {r["module"] for r in _done().values() if "exporter" in r}
-    done = {n for n, r in _done().items() if screen_only or r["status"] != CANDIDATE}
+    compared = {r["module"] for r in results.values() if "exporter" in r}
+    done = {n for n, r in results.items() if screen_only or r["status"] != CANDIDATE}
     pending = [(m, n) for m, n in classes if n not in done]
     # Modeling file -> its class that timed out lowering.
-    slow = {r["module"]: n for n, r in _done().items() if r.get("reason") == LOWERING_TIMEOUT}
+    slow = {r["module"]: n for n, r in results.items() if r.get("reason") == LOWERING_TIMEOUT}
     if not screen_only:
         # Round-robin over modeling files: each file's first pending class, then each
         # file's second, ...: a run stopped early has lowered as many architectures as
@@ -760,14 +761,6 @@ def run(
                 index, module, name = work.get_nowait()
             except queue.Empty:
                 break
-            if current is None:
-                current = _Worker()
-            if screen_only:
-                mode = SCREEN
-            elif exporter_for_all or module not in compared:
-                mode = EXPORTER
-            else:
-                mode = PARTITIONERS
             if module in slow and not screen_only:
                 result = {
                     **_timed_out(module, name, True),
@@ -775,13 +768,18 @@ def run(
                     f"{LOWERING_TIMEOUT}",
                 }
             else:
+                if screen_only:
+                    mode = SCREEN
+                elif exporter_for_all or module not in compared:
+                    mode = EXPORTER
+                else:
+                    mode = PARTITIONERS
+                if current is None:
+                    current = _Worker()
                 result = current.ask(module, name, mode, timeout, lowering_timeout)
-            if (
-                result.get("stage") in ("worker died", "timeout")
-                and "not tried" not in result["reason"]
-            ):
-                current.stop()
-                current = None
+                if result.get("stage") in ("worker died", "timeout"):
+                    current.stop()
+                    current = None
             if result.get("reason") == LOWERING_TIMEOUT:
                 slow.setdefault(module, name)
             if "exporter" in result:

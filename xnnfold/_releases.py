@@ -113,7 +113,7 @@ TRANSFORMERS_RANGE: Final[tuple[str, str]] = _range_of(TESTED["transformers"])
 # executorch (also when an upstream name the folding partitioner builds on is missing,
 # `xnnfold._upstream.check_releases`), and for transformers.
 STACK_FIX: Final[str] = (
-    "install a tested release (pip install torch==2.13.0 "
+    f"install a tested release (pip install torch=={DEFAULT_COMBINATION[0]} "
     f"'executorch>={EXECUTORCH_RANGE[0]},<{EXECUTORCH_RANGE[1]}'), or lower with "
     "executorch's XnnpackPartitioner"
 )

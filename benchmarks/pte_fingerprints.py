@@ -18,7 +18,8 @@ that keeps the bytes but changes a reason shows too.
     python benchmarks/pte_fingerprints.py --check benchmarks/pte_fingerprints.json
 
 ``--check`` exits 1 and lists every program whose bytes differ (or that no longer
-lowers). Lowering runs on one thread: with more, a reduction rounds differently and the
+lowers), and every fixture with nothing to fold (`SAME_AS_STOCK`: a tied language model)
+whose xnnfold program is not the stock one byte for byte. Lowering runs on one thread: with more, a reduction rounds differently and the
 weight_norm(dim=2) fixtures' weights change in the last bit, in the hand-folded twins too.
 Fingerprints hold for one torch and executorch release (the file records which, and
 ``--check`` refuses a file made with others) and for one CPU model: spectral_norm's power
@@ -41,10 +42,15 @@ from typing import Any, Callable
 VARIANTS = ("xnnfold", "stock", "hand")
 
 
-def _fixtures() -> dict[str, Any]:
-    from xnnfold.fixtures import FIXTURES, layer_fixture, LAYERS, NORMS
+# Fixtures with nothing to fold: their xnnfold program must be the stock one, byte for
+# byte (a tied table is stored as stock stores it unless tie_tables=True).
+SAME_AS_STOCK = ("tied_lm",)
 
-    found: dict[str, Any] = dict(FIXTURES)
+
+def _fixtures() -> dict[str, Any]:
+    from xnnfold.fixtures import FIXTURES, layer_fixture, LAYERS, NORMS, TIED_LM
+
+    found: dict[str, Any] = {**FIXTURES, TIED_LM.name: TIED_LM}
     for norm in NORMS:
         for layer in LAYERS:
             if norm == "weight_norm_dim2" and layer == "linear":
@@ -95,6 +101,19 @@ def fingerprints(names: list[str] | None, progress: Callable[[str], None]) -> di
     }
 
 
+def unlike_stock(found: dict[str, Any]) -> list[str]:
+    """One line per `SAME_AS_STOCK` fixture whose xnnfold program is not the stock one."""
+    lines = []
+    for name in SAME_AS_STOCK:
+        ours, stock = (
+            found["programs"].get(f"{name}/xnnfold"),
+            found["programs"].get(f"{name}/stock"),
+        )
+        if ours is not None and stock is not None and ours.get("sha256") != stock.get("sha256"):
+            lines.append(f"{name}: xnnfold's program is not stock's: {ours} != {stock}")
+    return lines
+
+
 def compare(expected: dict[str, Any], found: dict[str, Any]) -> list[str]:
     """One line per program that differs between two fingerprint sets."""
     lines = []
@@ -140,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                     k: v for k, v in expected["programs"].items() if k.rsplit("/", 1)[0] in names
                 },
             }
-        differences = compare(expected, found)
+        differences = compare(expected, found) + unlike_stock(found)
         for line in differences:
             print(line)
         print(
@@ -149,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1 if differences else 0
     result = fingerprints(args.only, progress)
+    for line in unlike_stock(result):
+        print(line)
     args.write.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     errors = [k for k, v in result["programs"].items() if "error" in v]
     print(

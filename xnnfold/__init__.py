@@ -18,7 +18,7 @@ from xnnfold._version import __version__ as __version__
 if TYPE_CHECKING:
     from xnnfold.lowering._lower import lower, to_executorch
     from xnnfold.lowering._runtime import LoadedProgram, run_pte
-    from xnnfold.lowering._save import data_files, save
+    from xnnfold.lowering._save import data_files, data_paths, save
     from xnnfold.passes import (
         CrossMethodFacts,
         FoldComputedWeightsPass,
@@ -30,7 +30,13 @@ if TYPE_CHECKING:
     )
     from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH
     from xnnfold.passes.fold._unused import remove_unused_constants
-    from xnnfold.passes.report._explain import explain, ExplainReport, GemmRow, SharedTable
+    from xnnfold.passes.report._explain import (
+        explain,
+        ExplainReport,
+        GemmRow,
+        SharedTable,
+        TableStoredTwice,
+    )
     from xnnfold.passes.report._summary import ProgramSummary, summarize
     from xnnfold.rewriter import (
         find_sites,
@@ -46,6 +52,7 @@ _LAZY: dict[str, str] = {
     "ExplainReport": "xnnfold.passes.report._explain",
     "GemmRow": "xnnfold.passes.report._explain",
     "SharedTable": "xnnfold.passes.report._explain",
+    "TableStoredTwice": "xnnfold.passes.report._explain",
     "explain": "xnnfold.passes.report._explain",
     "ProgramSummary": "xnnfold.passes.report._summary",
     "summarize": "xnnfold.passes.report._summary",
@@ -54,6 +61,7 @@ _LAZY: dict[str, str] = {
     "LoadedProgram": "xnnfold.lowering._runtime",
     "run_pte": "xnnfold.lowering._runtime",
     "data_files": "xnnfold.lowering._save",
+    "data_paths": "xnnfold.lowering._save",
     "save": "xnnfold.lowering._save",
     "tie_tables": "xnnfold.passes",
     "remove_unused_constants": "xnnfold.passes.fold._unused",
@@ -99,7 +107,9 @@ __all__ = [
     "remove_unused_constants",
     "run_pte",
     "SharedTable",
+    "TableStoredTwice",
     "data_files",
+    "data_paths",
     "save",
     "summarize",
     "tie_tables",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import logging
 import subprocess
 import sys
 import textwrap
@@ -68,6 +69,11 @@ MODELS = textwrap.dedent(
     def tied():
         torch.manual_seed(0)
         return TiedHead().eval(), (torch.randint(0, 256, (5,)),)
+
+
+    def tied_two():
+        torch.manual_seed(1)
+        return TiedHead().eval(), (torch.randint(0, 256, (7,)),)
 
 
     def dynamic():
@@ -157,19 +163,62 @@ def test_writes_a_pte_that_matches_eager(
     assert "GEMMs delegated: 1 of 1 (1 with computed weights folded)" in out
 
 
+def _assert_tied_runs_like_eager(pte: Path, models_file: Path, data: Path | None) -> None:
+    model, (ids,) = _load(models_file).tied()
+    (logits,) = xnnfold.run_pte(pte.read_bytes(), (ids,), data_path=data)
+    with torch.no_grad():
+        torch.testing.assert_close(logits, model(ids), atol=1e-5, rtol=1e-5)
+
+
 def test_a_tied_table_is_written_once_beside_the_pte(
+    models: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    pte = tmp_path / "tied.pte"
+    with caplog.at_level(logging.WARNING, logger="xnnfold"):
+        assert main(["export", f"{models}:tied", "-o", str(pte)]) == 0
+
+    ptd = tmp_path / "tied.ptd"
+    captured = capsys.readouterr()
+    assert (
+        f"wrote {ptd}: {ptd.stat().st_size:,} bytes, the external data tied.pte loads with"
+    ) in captured.out
+    assert "tied table emb.weight (forward): stored once" in captured.out
+    # The command says where the table went: the partitioner's advice is left out.
+    assert not [r for r in caplog.records if "tied table" in r.getMessage()]
+    assert pte.stat().st_size < 256 * 16 * 4 < ptd.stat().st_size
+    _assert_tied_runs_like_eager(pte, tmp_path / f"{models}.py", ptd)
+
+
+def test_no_tie_tables_writes_one_pte_and_names_the_saving(
     models: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pte = tmp_path / "tied.pte"
-    assert main(["export", f"{models}:tied", "-o", str(pte)]) == 0
+    assert main(["export", f"{models}:tied", "-o", str(pte), "--no-tie-tables"]) == 0
 
-    ptd = tmp_path / "_default_external_constant.ptd"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix in (".pte", ".ptd")) == [
+        "tied.pte"
+    ]
     out = capsys.readouterr().out
-    assert f"wrote {ptd}: {ptd.stat().st_size:,} bytes" in out
-    assert "tied table emb.weight (forward): stored once" in out
-    assert pte.stat().st_size < 256 * 16 * 4 < ptd.stat().st_size
-    model, (ids,) = _load(tmp_path / f"{models}.py").tied()
-    (logits,) = xnnfold.run_pte(pte.read_bytes(), (ids,), data_path=ptd)
+    assert (
+        f"stored twice, for the program and for a delegate; tie_tables=True stores it once, saving {256 * 16 * 4:,} bytes"
+        in out
+    )
+    _assert_tied_runs_like_eager(pte, tmp_path / f"{models}.py", None)
+
+
+def test_two_tied_models_exported_to_one_folder_both_load(models: str, tmp_path: Path) -> None:
+    """Each .pte gets its own data file: the second export never replaces the first's."""
+    first, second = tmp_path / "first.pte", tmp_path / "second.pte"
+    assert main(["export", f"{models}:tied", "-o", str(first)]) == 0
+    assert main(["export", f"{models}:tied_two", "-o", str(second)]) == 0
+
+    models_file = tmp_path / f"{models}.py"
+    _assert_tied_runs_like_eager(first, models_file, tmp_path / "first.ptd")
+    model, (ids,) = _load(models_file).tied_two()
+    (logits,) = xnnfold.run_pte(second.read_bytes(), (ids,), data_path=tmp_path / "second.ptd")
     with torch.no_grad():
         torch.testing.assert_close(logits, model(ids), atol=1e-5, rtol=1e-5)
 

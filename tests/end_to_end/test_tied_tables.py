@@ -1,8 +1,11 @@
-"""A tied table (an embedding a delegated linear also takes as its weight) stored once.
+"""A tied table (an embedding a delegated linear also takes as its weight): by default
+stored as stock stores it, in one self-contained `.pte`; with ``tie_tables=True`` stored
+once, in a `.ptd` beside the `.pte`.
 
 Each case lowers with the stock partitioner and with xnnfold, writes every file the
-program needs (`xnnfold.save`), runs it through executorch.runtime against eager, and
-checks that xnnfold's files take at most the stock program's bytes minus 90% of the table.
+program needs (`xnnfold.save`, or the user's own ``et.write_to_file``), runs it through
+executorch.runtime against eager, and compares the bytes: by default byte for byte
+stock's program, with tying at most the stock program's bytes minus 90% of the table.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ pytestmark = pytest.mark.runtime
 
 VOCAB, DIM = 1024, 64
 TABLE_BYTES = VOCAB * DIM * 4
-PTD = "_default_external_constant.ptd"
+PTD = "_default_external_constant.ptd"  # executorch's name for the data file
 
 
 class TiedHead(nn.Module):
@@ -67,15 +70,23 @@ def _written(paths: tuple[Path, ...]) -> int:
     return sum(p.stat().st_size for p in paths)
 
 
+def _tied(model: nn.Module, inputs: Any, **options: Any) -> Any:
+    """``model``'s program with tied tables stored once."""
+    return xnnfold.to_executorch(model, inputs, tie_tables=True, **options)
+
+
+def _stock(programs: Any, config: ExecutorchBackendConfig | None = None) -> Any:
+    return to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch(
+        config
+    )
+
+
 def _stock_bytes(
     programs: Any, directory: Path, config: ExecutorchBackendConfig | None = None
 ) -> int:
     """Bytes of every file the stock partitioner's program needs."""
-    et = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch(
-        config
-    )
     directory.mkdir()
-    return _written(xnnfold.save(et, directory / "stock.pte"))
+    return _written(xnnfold.save(_stock(programs, config), directory / "stock.pte"))
 
 
 def _run(paths: tuple[Path, ...], inputs: Any, method: str = "forward") -> list[Any]:
@@ -93,19 +104,59 @@ def _assert_close(outputs: list[Any], expected: Any) -> None:
         torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
 
 
+# --------------------------------------------------------------------------------------
+# By default: the stock layout, a .pte that loads alone, and the saving named.
+
+
+def test_by_default_the_pte_written_alone_is_stock_s_and_loads(tmp_path: Path) -> None:
+    """The drop-in promise: the user's own ``et.write_to_file`` writes a program that
+    loads alone, byte for byte the stock partitioner's when nothing folds."""
+    model, inputs = _model(), _inputs()
+    et = xnnfold.to_executorch(model, inputs)
+    assert xnnfold.data_files(et) == ()
+    assert et.buffer == _stock(torch.export.export(model, inputs)).buffer
+    pte = tmp_path / "model.pte"
+    with open(pte, "wb") as file:
+        et.write_to_file(file)
+    _assert_close(xnnfold.run_pte(pte.read_bytes(), list(inputs)), model(*inputs))
+
+
+def test_by_default_explain_names_the_bytes_tying_would_save() -> None:
+    model, inputs = _model(), _inputs()
+    report = xnnfold.explain(xnnfold.lower(model, inputs))
+    assert report.shared == ()
+    assert [(t.method, t.fqn, t.nbytes) for t in report.stored_twice] == [
+        ("forward", "emb.weight", TABLE_BYTES)
+    ]
+    assert report.bytes_tying_would_save == TABLE_BYTES
+    assert (
+        f"tied table emb.weight (forward): stored twice, for the program and for a delegate; "
+        f"tie_tables=True stores it once, saving {TABLE_BYTES:,} bytes"
+    ) in str(report)
+
+
+def test_a_tied_table_stored_once_is_not_named_as_stored_twice() -> None:
+    model, inputs = _model(), _inputs()
+    report = xnnfold.explain(_tied(model, inputs))
+    assert report.stored_twice == () and report.bytes_tying_would_save == 0
+
+
+# --------------------------------------------------------------------------------------
+# With tie_tables=True: stored once, in a .ptd the .pte loads with.
+
+
 def test_one_method_stores_the_table_once(tmp_path: Path) -> None:
     model, inputs = _model(), _inputs()
     stock = _stock_bytes(torch.export.export(model, inputs), tmp_path / "stock")
-    et = xnnfold.to_executorch(model, inputs)
-    paths = xnnfold.save(et, tmp_path / "tied.pte")
-    assert [p.name for p in paths] == ["tied.pte", PTD]
+    paths = xnnfold.save(_tied(model, inputs), tmp_path / "tied.pte")
+    assert [p.name for p in paths] == ["tied.pte", "tied.ptd"]
     assert _written(paths) <= stock - 0.9 * TABLE_BYTES
     _assert_close(_run(paths, inputs), model(*inputs))
 
 
 def test_explain_names_the_shared_table_and_the_bytes_saved() -> None:
     model, inputs = _model(), _inputs()
-    report = xnnfold.explain(xnnfold.lower(model, inputs))
+    report = xnnfold.explain(xnnfold.lower(model, inputs, tie_tables=True))
     assert [(t.method, t.fqn, t.nbytes) for t in report.shared] == [
         ("forward", "emb.weight", TABLE_BYTES)
     ]
@@ -113,47 +164,33 @@ def test_explain_names_the_shared_table_and_the_bytes_saved() -> None:
     assert f"tied table emb.weight (forward): stored once in {PTD}" in str(report)
 
 
-def test_turned_off_the_program_is_the_stock_one() -> None:
-    model, inputs = _model(), _inputs()
-    ep = torch.export.export(model, inputs)
-    stock = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch()
-    off = xnnfold.to_executorch(
-        model, inputs, partitioner=xnnfold.XnnpackFoldingPartitioner(tie_tables=False)
-    )
-    assert xnnfold.data_files(off) == ()
-    assert off.buffer == stock.buffer
-    assert xnnfold.explain(off).shared == ()
-
-
 @pytest.mark.slow
 def test_with_every_constant_external_the_table_is_stored_once(tmp_path: Path) -> None:
     model, inputs = _model(), _inputs()
     config = ExecutorchBackendConfig(external_constants=True)
     stock = _stock_bytes(torch.export.export(model, inputs), tmp_path / "stock", config)
-    et = xnnfold.lower(model, inputs).to_executorch(config)
+    et = xnnfold.lower(model, inputs, tie_tables=True).to_executorch(config)
     paths = xnnfold.save(et, tmp_path / "tied.pte")
     assert _written(paths) <= stock - 0.9 * TABLE_BYTES
     _assert_close(_run(paths, inputs), model(*inputs))
 
 
-def test_two_methods_share_the_table(tmp_path: Path) -> None:
+def _two_methods(emb: nn.Module) -> dict[str, Any]:
+    ids, x = _inputs()
+    return {
+        "embed": torch.export.export(Embed(emb).eval(), (ids,)),
+        "logits": torch.export.export(Logits(emb).eval(), (x,)),
+    }
+
+
+def test_two_methods_share_the_table_with_no_call_before_lowering(tmp_path: Path) -> None:
     torch.manual_seed(0)
     emb = nn.Embedding(VOCAB, DIM)
     ids, x = _inputs()
-
-    def programs() -> dict[str, Any]:
-        return {
-            "embed": torch.export.export(Embed(emb).eval(), (ids,)),
-            "logits": torch.export.export(Logits(emb).eval(), (x,)),
-        }
-
-    stock = _stock_bytes(programs(), tmp_path / "stock")
-    exported = programs()
-    assert xnnfold.tie_tables(exported) == {
-        "embed": ("p_emb_weight",),
-        "logits": ("p_emb_weight",),
-    }
-    edge = to_edge_transform_and_lower(exported, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
+    stock = _stock_bytes(_two_methods(emb), tmp_path / "stock")
+    edge = to_edge_transform_and_lower(
+        _two_methods(emb), partitioner=[xnnfold.XnnpackFoldingPartitioner(tie_tables=True)]
+    )
     assert {(t.method, t.fqn) for t in xnnfold.explain(edge).shared} == {("embed", "emb.weight")}
     paths = xnnfold.save(edge.to_executorch(), tmp_path / "two.pte")
     assert _written(paths) <= stock - 0.9 * TABLE_BYTES
@@ -161,14 +198,21 @@ def test_two_methods_share_the_table(tmp_path: Path) -> None:
     _assert_close(_run(paths, (x,), "logits"), F.linear(x, emb.weight))
 
 
-def test_tie_tables_leaves_methods_without_a_shared_table_alone() -> None:
+@pytest.mark.slow
+def test_two_methods_by_default_keep_the_stock_layout(tmp_path: Path) -> None:
     torch.manual_seed(0)
+    emb = nn.Embedding(VOCAB, DIM)
     ids, x = _inputs()
-    exported = {
-        "embed": torch.export.export(Embed(nn.Embedding(VOCAB, DIM)).eval(), (ids,)),
-        "logits": torch.export.export(Logits(nn.Embedding(VOCAB, DIM)).eval(), (x,)),
-    }
-    assert xnnfold.tie_tables(exported) == {}
+    stock = _stock(_two_methods(emb))
+    edge = to_edge_transform_and_lower(
+        _two_methods(emb), partitioner=[xnnfold.XnnpackFoldingPartitioner()]
+    )
+    report = xnnfold.explain(edge)
+    assert [(t.method, t.fqn) for t in report.stored_twice] == [("embed", "emb.weight")]
+    et = edge.to_executorch()
+    assert xnnfold.data_files(et) == () and et.buffer == stock.buffer
+    _assert_close(xnnfold.run_pte(et.buffer, [ids], "embed"), emb(ids))
+    _assert_close(xnnfold.run_pte(et.buffer, [x], "logits"), F.linear(x, emb.weight))
 
 
 @pytest.mark.slow
@@ -179,8 +223,7 @@ def test_dynamic_sequence_length(tmp_path: Path) -> None:
     stock = _stock_bytes(
         torch.export.export(model, (ids,), dynamic_shapes=dynamic), tmp_path / "stock"
     )
-    et = xnnfold.to_executorch(model, (ids,), dynamic_shapes=dynamic)
-    paths = xnnfold.save(et, tmp_path / "lm.pte")
+    paths = xnnfold.save(_tied(model, (ids,), dynamic_shapes=dynamic), tmp_path / "lm.pte")
     assert _written(paths) <= stock - 0.9 * TABLE_BYTES
     for length in (3, 12, 64):
         seq = torch.randint(0, VOCAB, (length,), generator=torch.Generator().manual_seed(length))
@@ -193,7 +236,7 @@ def test_a_half_precision_table_is_stored_once(tmp_path: Path) -> None:
     ids, x = _inputs()
     inputs = (ids, x.half())
     stock = _stock_bytes(torch.export.export(model, inputs), tmp_path / "stock")
-    paths = xnnfold.save(xnnfold.to_executorch(model, inputs), tmp_path / "half.pte")
+    paths = xnnfold.save(_tied(model, inputs), tmp_path / "half.pte")
     assert _written(paths) <= stock - 0.9 * TABLE_BYTES // 2
     embedded, logits = _run(paths, inputs)
     torch.testing.assert_close(embedded, model.emb(ids))
@@ -211,11 +254,11 @@ def test_a_table_the_delegate_also_reads_otherwise_keeps_both_copies() -> None:
     model = _model(AlsoScaled)
     ids, x = _inputs()
     inputs = (ids, x, torch.randn(VOCAB, DIM))
-    et = xnnfold.to_executorch(model, inputs)
+    et = _tied(model, inputs)
     assert xnnfold.data_files(et) == ()
     report = xnnfold.explain(et)
     assert [(r.op, r.code) for r in report.rows] == [("linear", "XNF517")]
-    assert report.shared == ()
+    assert report.shared == () and report.stored_twice == ()
     _assert_close(xnnfold.run_pte(et.buffer, list(inputs)), model(*inputs))
 
 
@@ -223,24 +266,48 @@ def test_the_pte_alone_does_not_load() -> None:
     """The table is only in the .ptd: loading without it fails rather than computing
     with missing data."""
     model, inputs = _model(), _inputs()
-    et = xnnfold.to_executorch(model, inputs)
     with pytest.raises(RuntimeError):
-        xnnfold.run_pte(et.buffer, list(inputs))
+        xnnfold.run_pte(_tied(model, inputs).buffer, list(inputs))
+
+
+# --------------------------------------------------------------------------------------
+# Writing and loading the files.
+
+
+def test_two_tied_programs_written_to_one_folder_both_load(tmp_path: Path) -> None:
+    """Each .pte gets a data file of its own: the second never replaces the first's."""
+    first, second = _model(), _model(TiedLM)
+    ids, x = _inputs()
+    first_paths = xnnfold.save(_tied(first, (ids, x)), tmp_path / "first.pte")
+    second_paths = xnnfold.save(_tied(second, (ids,)), tmp_path / "second.pte")
+    assert [p.name for p in (*first_paths, *second_paths)] == [
+        "first.pte",
+        "first.ptd",
+        "second.pte",
+        "second.ptd",
+    ]
+    _assert_close(_run(first_paths, (ids, x)), first(ids, x))
+    _assert_close(_run(second_paths, (ids,)), second(ids))
+
+
+def test_save_refuses_a_data_file_that_would_overwrite_the_pte(tmp_path: Path) -> None:
+    model, inputs = _model(), _inputs()
+    with pytest.raises(ValueError, match="would overwrite the .pte"):
+        xnnfold.save(_tied(model, inputs), tmp_path / "model.ptd")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_loaded_program_of_loads_the_table_from_its_ptd() -> None:
     """`LoadedProgram.of` runs the program the manager holds with the data it needs."""
     model, inputs = _model(), _inputs()
-    et = xnnfold.to_executorch(model, inputs)
+    et = _tied(model, inputs)
     assert xnnfold.data_files(et) == (PTD,)
     _assert_close(xnnfold.LoadedProgram.of(et)(list(inputs)), model(*inputs))
 
 
 def test_loaded_program_of_a_program_without_data_loads_its_buffer() -> None:
     model, inputs = _model(), _inputs()
-    et = xnnfold.to_executorch(
-        model, inputs, partitioner=xnnfold.XnnpackFoldingPartitioner(tie_tables=False)
-    )
+    et = xnnfold.to_executorch(model, inputs)
     assert xnnfold.data_files(et) == ()
     _assert_close(xnnfold.LoadedProgram.of(et)(list(inputs)), model(*inputs))
 
@@ -256,7 +323,7 @@ def test_loaded_program_of_removes_the_ptd_with_the_program(
         return made[-1]
 
     model, inputs = _model(), _inputs()
-    et = xnnfold.to_executorch(model, inputs)
+    et = _tied(model, inputs)
     monkeypatch.setattr(tempfile, "mkdtemp", recorded)
     loaded = xnnfold.LoadedProgram.of(et)
     # executorch 1.4.1 also writes the .pte to a directory of its own.

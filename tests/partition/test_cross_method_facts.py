@@ -1,8 +1,12 @@
-"""`CrossMethodFacts`, one object per lowering, and the thread's default holder: unit tests
-without lowering, then the explicit object shared by a dict of partitioners, end to end."""
+"""`CrossMethodFacts`, one lowering at a time, and the facts a partitioner built without one
+shares: unit tests without lowering, then partitioners sharing facts end to end, and a
+lowering after one that raised half way."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import threading
 from typing import Any
 
@@ -16,8 +20,8 @@ from torch import nn
 
 import xnnfold
 from xnnfold.passes import CrossMethodFacts, XnnpackFoldingPartitioner
-from xnnfold.passes.analysis import ProgramFacts
-from xnnfold.passes.partition._facts import default_facts
+from xnnfold.passes.analysis import ProgramFacts, TableUses
+from xnnfold.passes.partition._facts import facts_for_new_partitioner
 
 
 def test_a_method_s_writes_and_stored_constants_are_read_back_by_fqn() -> None:
@@ -47,27 +51,72 @@ def test_facts_of_several_methods_accumulate() -> None:
     assert facts.of({"w": w}) == ProgramFacts(frozenset({"w"}), frozenset({"w"}))
 
 
-def test_a_lowering_that_partitioned_takes_no_new_method() -> None:
+def test_a_question_after_a_partition_starts_the_next_lowering() -> None:
+    w, v = torch.randn(2), torch.randn(2)
     facts = CrossMethodFacts()
+    facts.note_method({"w": w}, written={"w"}, stored=set())
     facts.start_partitioning()
-    with pytest.raises(RuntimeError, match="build a new CrossMethodFacts"):
-        facts.note_method({"w": torch.randn(2)}, written=set(), stored=set())
+    assert facts.of({"w": w}).written_buffers == {"w"}  # the lowering's facts stay in
+    facts.note_method({"v": v}, written=set(), stored=set())
+    assert not facts.partitioning
+    assert facts.of({"w": w}) == ProgramFacts()
 
 
-def test_the_default_is_replaced_by_a_question_after_a_partition_only() -> None:
-    first = default_facts(for_a_question=True)
-    assert default_facts(for_a_question=True) is first
-    first.start_partitioning()
-    # executorch's questions after lowering, and a partition, keep the lowering's object.
-    assert default_facts(for_a_question=False) is first
-    second = default_facts(for_a_question=True)
-    assert second is not first and not second.partitioning
+class _Program:
+    """Stands for one method's ATen program: what `note_tables` tells methods by."""
 
 
-def test_each_thread_has_its_own_default() -> None:
-    here = default_facts(for_a_question=True)
+def test_a_table_is_tied_across_methods_when_another_method_looks_it_up() -> None:
+    emb, head = torch.randn(8, 4), torch.randn(8, 4)
+    facts = CrossMethodFacts()
+    facts.note_tables(
+        {"emb": emb, "head": head},
+        TableUses(looked_up=frozenset({"emb", "head"})),
+        program=_Program(),
+    )
+    facts.note_tables(
+        {"emb": emb}, TableUses(as_linear_weight=frozenset({"emb"})), program=_Program()
+    )
+    assert facts.tied_across_methods({"emb": emb, "head": head}) == {"emb"}
+
+
+def test_a_table_two_methods_only_look_up_is_not_tied() -> None:
+    emb = torch.randn(8, 4)
+    facts = CrossMethodFacts()
+    for _ in range(2):
+        facts.note_tables({"emb": emb}, TableUses(looked_up=frozenset({"emb"})), program=_Program())
+    assert facts.tied_across_methods({"emb": emb}) == frozenset()
+
+
+def test_a_method_asked_about_twice_is_one_method() -> None:
+    """executorch asks about each ATen program more than once."""
+    head = torch.randn(8, 4)
+    facts, program = CrossMethodFacts(), _Program()
+    for _ in range(2):
+        facts.note_tables({"head": head}, TableUses(frozenset({"head"})), program=program)
+    assert facts.tied_across_methods({"head": head}) == frozenset()
+
+
+def test_partitioners_built_in_a_row_share_their_facts() -> None:
+    """The entries of a ``partitioner={...}`` dict are built before the lowering asks
+    about any method: they must know what each other's methods do."""
+    first, second = facts_for_new_partitioner(), facts_for_new_partitioner()
+    assert first is second
+
+
+def test_a_partitioner_built_after_a_question_starts_new_facts() -> None:
+    """A lowering's partitioners never read an earlier lowering's facts, whether that
+    lowering finished or raised before partitioning."""
+    earlier = facts_for_new_partitioner()
+    earlier.note_method({"w": torch.randn(2)}, written={"w"}, stored=set())
+    later = facts_for_new_partitioner()
+    assert later is not earlier and not later.asked
+
+
+def test_each_thread_builds_its_own() -> None:
+    here = facts_for_new_partitioner()
     there: list[CrossMethodFacts] = []
-    thread = threading.Thread(target=lambda: there.append(default_facts(for_a_question=True)))
+    thread = threading.Thread(target=lambda: there.append(facts_for_new_partitioner()))
     thread.start()
     thread.join()
     assert there and there[0] is not here
@@ -138,17 +187,26 @@ def _lower(partitioners: dict[str, list[XnnpackFoldingPartitioner]]) -> tuple[An
     return edge, edge.to_executorch(config).buffer
 
 
+def _given_one_object() -> dict[str, list[XnnpackFoldingPartitioner]]:
+    facts = CrossMethodFacts()
+    return {
+        "write": [XnnpackFoldingPartitioner(facts=facts)],
+        "forward": [XnnpackFoldingPartitioner(facts=facts)],
+    }
+
+
+def _built_in_a_row() -> dict[str, list[XnnpackFoldingPartitioner]]:
+    return {"write": [XnnpackFoldingPartitioner()], "forward": [XnnpackFoldingPartitioner()]}
+
+
 @pytest.mark.runtime
-def test_partitioners_given_one_object_know_what_the_other_method_writes() -> None:
+@pytest.mark.parametrize("partitioners", [_given_one_object, _built_in_a_row])
+def test_each_method_s_partitioner_knows_what_the_other_method_writes(
+    partitioners: Any,
+) -> None:
     from executorch.runtime import Runtime
 
-    facts = CrossMethodFacts()
-    edge, pte = _lower(
-        {
-            "write": [XnnpackFoldingPartitioner(facts=facts)],
-            "forward": [XnnpackFoldingPartitioner(facts=facts)],
-        }
-    )
+    edge, pte = _lower(partitioners())
     (row,) = [r for r in xnnfold.explain(edge).rows if r.method == "forward"]
     assert row.folded == () and "another method" in (row.reason or "")
 
@@ -162,3 +220,84 @@ def test_partitioners_given_one_object_know_what_the_other_method_writes() -> No
     x = torch.randn(3, 8)
     (out,) = forward.execute([x])
     torch.testing.assert_close(out, _Forward(reference)(x), rtol=1e-5, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# Same call, same program: a lowering after one that raised half way.
+
+# Run here after a lowering that raises once every method was asked about, and in a fresh
+# process alone: the forward method reads ``gain``, which only the failed lowering's
+# other method writes.
+_SCENARIO = textwrap.dedent(
+    """
+    import hashlib
+
+    import torch
+    import torch.nn.functional as F
+    from executorch.exir import to_edge_transform_and_lower
+    from torch import nn
+
+    from xnnfold import XnnpackFoldingPartitioner
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.w = nn.Parameter(torch.randn(8, 8))
+            self.register_buffer("gain", torch.full((8, 1), 2.0))
+
+
+    class Forward(nn.Module):
+        def __init__(self, net):
+            super().__init__()
+            self.net = net
+
+        def forward(self, x):
+            return F.linear(x, self.net.w * self.net.gain)
+
+
+    class SetGain(Forward):
+        def forward(self, gain):
+            self.net.gain.copy_(gain)
+            return gain + 0.0
+
+
+    def good_lowering(net):
+        ep = torch.export.export(Forward(net).eval(), (torch.randn(3, 8),))
+        edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackFoldingPartitioner()])
+        return hashlib.sha256(edge.to_executorch().buffer).hexdigest()
+    """
+)
+
+
+class _Raise:
+    """A transform pass that fails: after every method's ATen question, before any
+    partition."""
+
+    def __call__(self, graph_module: Any) -> Any:
+        raise RuntimeError("a transform pass failed")
+
+
+@pytest.mark.runtime
+def test_a_lowering_after_one_that_raised_is_the_one_a_fresh_process_makes() -> None:
+    scenario: dict[str, Any] = {}
+    exec(compile(_SCENARIO, "<scenario>", "exec"), scenario)
+    net = scenario["Net"]().eval()
+    programs = {
+        "write": torch.export.export(scenario["SetGain"](net), (torch.ones(8, 1),)),
+        "forward": torch.export.export(scenario["Forward"](net), (torch.randn(3, 8),)),
+    }
+    with pytest.raises(Exception, match="_Raise"):
+        to_edge_transform_and_lower(
+            programs, partitioner=_built_in_a_row(), transform_passes=[_Raise()]
+        )
+    here = scenario["good_lowering"](net)
+
+    fresh = subprocess.run(
+        [sys.executable, "-c", _SCENARIO + "\nprint(good_lowering(Net().eval()))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert here == fresh.stdout.split()[-1]

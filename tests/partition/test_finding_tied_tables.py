@@ -1,8 +1,10 @@
 """Which constants are tied tables, on partitioned programs (no lowering, no runtime).
 
-`find_tied_tables` reads the program the partitioner tagged; `tie_tables` reads the
-exported programs of several methods. The end-to-end checks (bytes written, outputs
-through executorch.runtime) are in tests/end_to_end/test_tied_tables.py.
+`find_tied_tables` reads the program the partitioner tagged; `table_uses` and
+`tied_across_methods` read the exported programs of several methods (the partitioner
+through `CrossMethodFacts`, the deprecated `xnnfold.tie_tables` directly). The end-to-end
+checks (bytes written, outputs through executorch.runtime) are in
+tests/end_to_end/test_tied_tables.py.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from torch import nn
 
 import xnnfold
 from xnnfold._meta import EXTERNAL_CONSTANT_TAG
-from xnnfold.passes.analysis import find_tied_tables, TiedTables
+from xnnfold.passes.analysis import find_tied_tables, table_uses, TableUses, TiedTables
 from xnnfold.passes.analysis._nodes import external_tag
 
 from tests.support.tied_lm import Embed, Logits
@@ -96,11 +98,30 @@ def test_a_table_the_user_tagged_external_is_left_alone() -> None:
     assert _names(_found(Tied(), p_emb_weight="constant_tag")) == ([], [])
 
 
+def _tags(programs: Any, **options: Any) -> dict[str, list[str]]:
+    """The placeholders tagged for an external file after lowering, by method."""
+    edge = to_edge_transform_and_lower(
+        programs, partitioner=[xnnfold.XnnpackFoldingPartitioner(**options)]
+    )
+    return {
+        method: [
+            n.name
+            for n in edge.exported_program(method).graph.nodes
+            if n.op == "placeholder" and external_tag(n) is not None
+        ]
+        for method in edge.methods
+    }
+
+
+def test_by_default_the_partitioner_tags_nothing() -> None:
+    assert _tags(torch.export.export(Tied().eval(), INPUTS)) == {"forward": []}
+
+
 @pytest.mark.slow
 def test_the_partitioner_tags_both_copies_for_one_file() -> None:
     edge = to_edge_transform_and_lower(
         torch.export.export(Tied().eval(), INPUTS),
-        partitioner=[xnnfold.XnnpackFoldingPartitioner()],
+        partitioner=[xnnfold.XnnpackFoldingPartitioner(tie_tables=True)],
     ).exported_program()
     tags = {n.name: external_tag(n) for n in edge.graph.nodes if n.op == "placeholder"}
     assert [name for name, tag in tags.items() if tag is not None] == ["p_emb_weight"]
@@ -109,29 +130,74 @@ def test_the_partitioner_tags_both_copies_for_one_file() -> None:
     assert table.meta["custom"]["delegate_constant_tag"] == EXTERNAL_CONSTANT_TAG
 
 
-def test_tie_tables_tags_a_table_shared_across_methods() -> None:
-    emb = nn.Embedding(32, 8)
+def _two_methods(emb: nn.Module, logits: type[nn.Module] = Logits) -> dict[str, Any]:
     ids, x = INPUTS
-    programs = {
+    return {
         "embed": torch.export.export(Embed(emb).eval(), (ids,)),
-        "logits": torch.export.export(Logits(emb).eval(), (x,)),
+        "logits": torch.export.export(logits(emb).eval(), (x,)),
     }
-    assert xnnfold.tie_tables(programs) == {
-        "embed": ("p_emb_weight",),
-        "logits": ("p_emb_weight",),
-    }
-    for ep in programs.values():
-        (table,) = [n for n in ep.graph.nodes if n.name == "p_emb_weight"]
-        assert external_tag(table) == EXTERNAL_CONSTANT_TAG
 
 
-def test_tie_tables_needs_the_same_tensor_in_both_methods() -> None:
+class LogitsAndScaled(Logits):
+    """Reads the table as a linear's weight and computes another weight from it."""
+
+    def forward(self, x: torch.Tensor) -> Any:  # type: ignore[override]
+        return F.linear(x, self.emb.weight), F.linear(x, self.emb.weight * 2.0)
+
+
+def test_table_uses_tell_a_linear_s_weight_from_a_lookup() -> None:
+    programs = _two_methods(nn.Embedding(32, 8))
+    assert table_uses(programs["embed"]) == TableUses(looked_up=frozenset({"emb.weight"}))
+    assert table_uses(programs["logits"]) == TableUses(as_linear_weight=frozenset({"emb.weight"}))
+
+
+def test_a_weight_computed_from_the_table_is_no_linear_s_own_weight() -> None:
+    programs = _two_methods(nn.Embedding(32, 8), LogitsAndScaled)
+    assert table_uses(programs["logits"]) == TableUses()
+
+
+def test_tying_on_the_partitioner_tags_a_table_shared_across_methods() -> None:
+    """One mechanism: the partitioners find the table from the facts they share, with no
+    call before lowering."""
+    tags = _tags(_two_methods(nn.Embedding(32, 8)), tie_tables=True)
+    assert tags == {"embed": ["p_emb_weight"], "logits": []}  # the delegate holds logits'
+
+
+@pytest.mark.slow
+def test_tying_across_methods_needs_the_same_tensor_in_both() -> None:
     ids, x = INPUTS
     programs = {
         "embed": torch.export.export(Embed(nn.Embedding(32, 8)).eval(), (ids,)),
         "logits": torch.export.export(Logits(nn.Embedding(32, 8)).eval(), (x,)),
     }
-    assert xnnfold.tie_tables(programs) == {}
+    assert _tags(programs, tie_tables=True) == {"embed": [], "logits": []}
+
+
+@pytest.mark.slow
+def test_a_method_computing_a_weight_from_the_table_leaves_it_untied() -> None:
+    """Its delegate reads the table at run time, not as the stored weight: tagging the
+    lookup's copy would only add a data file."""
+    tags = _tags(_two_methods(nn.Embedding(32, 8), LogitsAndScaled), tie_tables=True)
+    assert tags == {"embed": [], "logits": []}
+
+
+def test_deprecated_tie_tables_tags_what_the_partitioner_would() -> None:
+    programs = _two_methods(nn.Embedding(32, 8))
+    with pytest.deprecated_call(match="tie_tables=True"):
+        found = xnnfold.tie_tables(programs)
+    assert found == {"embed": ("p_emb_weight",), "logits": ("p_emb_weight",)}
+    for ep in programs.values():
+        (table,) = [n for n in ep.graph.nodes if n.name == "p_emb_weight"]
+        assert external_tag(table) == EXTERNAL_CONSTANT_TAG
+
+
+@pytest.mark.slow
+def test_deprecated_tie_tables_leaves_a_table_with_a_computed_weight_alone() -> None:
+    """A method that computes a weight from the table is no half of a tie, so no fold or
+    run-time weight of it sees a tagged source (XNF503)."""
+    programs = _two_methods(nn.Embedding(32, 8), LogitsAndScaled)
+    with pytest.deprecated_call():
+        assert xnnfold.tie_tables(programs) == {}
     assert all(external_tag(n) is None for ep in programs.values() for n in ep.graph.nodes)
 
 
@@ -141,7 +207,9 @@ def test_storing_a_table_in_a_data_file_is_said_with_the_fix(
     """The `.pte` alone no longer loads: the partitioner says which file it needs."""
     ep = torch.export.export(Tied().eval(), INPUTS)
     with caplog.at_level(logging.WARNING, logger="xnnfold"):
-        to_edge_transform_and_lower(ep, partitioner=[xnnfold.XnnpackFoldingPartitioner()])
+        to_edge_transform_and_lower(
+            ep, partitioner=[xnnfold.XnnpackFoldingPartitioner(tie_tables=True)]
+        )
     (message,) = [r.getMessage() for r in caplog.records if "tied table" in r.getMessage()]
     assert "emb.weight" in message and f"{EXTERNAL_CONSTANT_TAG}.ptd" in message
-    assert "tie_tables=False" in message
+    assert "xnnfold.save" in message and "tie_tables=False" in message

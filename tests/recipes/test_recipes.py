@@ -137,6 +137,20 @@ def test_each_recipe_is_the_stock_one_with_folding_partitioners(
         ]
 
 
+def test_a_recipe_s_folding_partitioners_share_one_facts_object() -> None:
+    """A recipe's methods may share tensors: what one method writes or stores, the
+    partitioner of another must know (`CrossMethodFacts`)."""
+    from xnnfold.recipes._partitioners import replace_partitioners
+
+    replaced = replace_partitioners(
+        {"encode": [XnnpackPartitioner()], "decode": [XnnpackPartitioner()]}, recipe="test"
+    )
+    assert isinstance(replaced, dict)
+    (encode,), (decode,) = replaced["encode"], replaced["decode"]
+    assert encode.facts is decode.facts
+    assert replace_partitioners([XnnpackPartitioner()], recipe="test")[0].facts is not encode.facts  # type: ignore[index]
+
+
 def test_a_recipe_keyword_reaches_the_stock_recipe() -> None:
     member = XnnfoldRecipeType.TORCHAO_INT8_DYNAMIC_ACT_INT4_WEIGHT_PER_TENSOR
     recipe = ExportRecipe.get_recipe(member, group_size=16)

@@ -101,7 +101,9 @@ class TiedHead(nn.Module):
 def test_passes_on_a_tied_table_stored_beside_the_pte() -> None:
     torch.manual_seed(0)
     model, ids = TiedHead().eval(), torch.randint(0, 256, (5,))
-    check = assert_fully_delegated(model, (ids,))
+    check = assert_fully_delegated(
+        model, (ids,), partitioner=xnnfold.XnnpackFoldingPartitioner(tie_tables=True)
+    )
 
     assert xnnfold.data_files(check.program) == ("_default_external_constant.ptd",)
     assert check.max_abs_error is not None and check.max_abs_error <= 1e-5

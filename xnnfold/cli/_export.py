@@ -7,6 +7,10 @@ call. The command does both from a callable that builds the model: ``CALLABLE()`
 lowers it like `xnnfold.lower`, writes the `.pte`, and prints the `xnnfold.explain` table and
 the size. ``--check`` makes a GEMM left outside a delegate an error, for CI.
 
+The command writes the files itself, so it stores a tied table once by default
+(``--tie-tables``): in ``model.ptd`` beside ``model.pte``, which it names as the data the
+``.pte`` loads with. ``--no-tie-tables`` writes one self-contained ``.pte``.
+
 ``MODULE`` is a dotted module importable from the current directory or a path to a ``.py``
 file. A bad ``MODULE:CALLABLE`` or a callable that returns something else exits with code 2
 and a one-line message; an exception raised by the user's own code prints its traceback from
@@ -20,6 +24,7 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
+import logging
 import os
 import sys
 import traceback
@@ -86,6 +91,14 @@ def add_export_parser(
         "--check",
         action="store_true",
         help="exit with status 1, writing nothing, if any GEMM is left outside a delegate",
+    )
+    parser.add_argument(
+        "--tie-tables",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="store a tied table (an embedding shared with a delegated lm_head) once, in a "
+        ".ptd written beside the .pte and named after it, which the .pte then loads with "
+        "(default: on; --no-tie-tables keeps the .pte self-contained, the table stored twice)",
     )
     parser.set_defaults(func=run_export)
 
@@ -288,6 +301,27 @@ def run_export(args: argparse.Namespace) -> int:
         return _lower_and_write(model, example_inputs, dynamic_shapes, args)
 
 
+class _DropTiedTableWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        from xnnfold.passes.partition._tied import TIED_TABLE_WARNING
+
+        return record.msg is not TIED_TABLE_WARNING
+
+
+@contextlib.contextmanager
+def _without_tied_table_warning() -> Iterator[None]:
+    """Leave out the partitioner's advice to write the ``.ptd`` while the command, which
+    writes it, lowers."""
+    from xnnfold.passes.partition._tied import logger
+
+    drop = _DropTiedTableWarning()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
 def _lower_and_write(
     model: Any,
     example_inputs: tuple[Any, ...],
@@ -307,7 +341,11 @@ def _lower_and_write(
             file=sys.stderr,
         )
         model.eval()
-    edge = lower(model, example_inputs, dynamic_shapes=dynamic_shapes)
+    with _without_tied_table_warning():
+        # This command writes the data file itself and says so below.
+        edge = lower(
+            model, example_inputs, dynamic_shapes=dynamic_shapes, tie_tables=args.tie_tables
+        )
     report = explain(edge)
     summary = summarize(edge)
     print(report.table())
@@ -331,8 +369,8 @@ def _lower_and_write(
     for path in data:
         # A tied table, stored once beside the .pte (docs/tied-tables.md).
         print(
-            f"wrote {path}: {path.stat().st_size:,} bytes, the external data the .pte "
-            f"loads with (data_path={str(path)!r})"
+            f"wrote {path}: {path.stat().st_size:,} bytes, the external data {pte.name} "
+            f"loads with (data_path={str(path)!r}); keep the two files together"
         )
     if outside:
         print(

@@ -199,12 +199,12 @@ def export(
         sample_inputs: the forward kwargs, as for the exporter (``{"input_values": ...}``).
         config: an ``ExecutorchConfig`` with ``backend="xnnpack"``, a dict of its fields, or
             None for ``ExecutorchConfig(backend="xnnpack")``.
-        tie_tables: store a tied embedding (``tie_word_embeddings``) once, in
-            ``_default_external_constant.ptd`` (`XnnpackFoldingPartitioner`'s option,
-            docs/tied-tables.md). Off by default: the exporter's ``save_pretrained`` and
-            its runner read a ``.pte`` alone, so they cannot load such a program; write it
-            with ``xnnfold.save(exported.program, "model.pte")`` and load it with its
-            ``.ptd`` instead.
+        tie_tables: store a tied embedding (``tie_word_embeddings``) once, in an
+            external data file (`XnnpackFoldingPartitioner`'s option, docs/tied-tables.md).
+            Off by default, as everywhere the caller writes the files: the exporter's
+            ``save_pretrained`` and its runner read a ``.pte`` alone, so they cannot load
+            such a program; write it with ``xnnfold.save(exported.program, "model.pte")``,
+            which writes ``model.ptd`` beside it, and load the ``.pte`` with that file.
 
     Returns:
         The exporter's ``ExportedModel``: ``.program`` is the ``ExecutorchProgramManager``

@@ -1,36 +1,94 @@
-"""Write a lowered program with the external data files it needs, in one call."""
+"""Write a lowered program with the external data files it needs, in one call.
+
+executorch names a program's external data file after its tag
+(``_default_external_constant.ptd``), so two programs written to one folder with
+``write_tensor_data_to_file`` share one file name, and the second replaces the data the
+first needs. `save` names each data file after its ``.pte`` instead (``model.pte`` loads
+with ``model.ptd``): the files of two programs in one folder never collide. The runtime
+finds a program's data by key, not by file name, so the name is the writer's to choose.
+Each file is written to a temporary name beside it and then renamed, so a failed write
+leaves the previous file whole.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Union
+from typing import Iterator, Union
 
 from executorch.exir import ExecutorchProgramManager
 
 from xnnfold._upstream import external_data_files_of
 
-__all__ = ["data_files", "save"]
+__all__ = ["data_files", "data_paths", "save"]
 
 PTD_SUFFIX = ".ptd"
 
+PathLike = Union[str, "os.PathLike[str]"]
+
 
 def data_files(program: ExecutorchProgramManager) -> tuple[str, ...]:
-    """The external data files ``program`` needs beside its ``.pte`` (``"<name>.ptd"``);
-    empty for a program stored in its ``.pte`` alone."""
+    """The external data files ``program`` needs beside its ``.pte``, as executorch names
+    them (``"<tag>.ptd"``); empty for a program stored in its ``.pte`` alone."""
     return tuple(f"{name}{PTD_SUFFIX}" for name in external_data_files_of(program))
 
 
-def save(program: ExecutorchProgramManager, path: Union[str, os.PathLike[str]]) -> tuple[Path, ...]:
-    """Write ``program``'s ``.pte`` to ``path`` and each external data file it needs
-    (`data_files`) beside it.
+def data_paths(program: ExecutorchProgramManager, pte: PathLike) -> tuple[Path, ...]:
+    """Where `save` writes the external data files of ``program`` when its ``.pte`` is
+    ``pte``: ``<stem>.ptd`` beside it for one file, ``<stem>.<tag>.ptd`` for several.
 
-    A tied table (docs/tied-tables.md) is stored once in ``_default_external_constant.ptd``;
-    load the program with it: ``Runtime.get().load_program(pte, data_path=ptd)``, or
-    ``xnnfold.run_pte(pte_bytes, inputs, data_path=ptd)``.
+    Raises:
+        ValueError: a data file would be the ``.pte`` itself, or two would share a name.
+    """
+    path = Path(pte)
+    tags = external_data_files_of(program)
+    paths: tuple[Path, ...]
+    if len(tags) == 1:
+        paths = (path.with_name(f"{path.stem}{PTD_SUFFIX}"),)
+    else:
+        paths = tuple(path.with_name(f"{path.stem}.{tag}{PTD_SUFFIX}") for tag in tags)
+    clashes = [p for p in paths if p == path] + [p for i, p in enumerate(paths) if p in paths[:i]]
+    if clashes:
+        raise ValueError(
+            f"xnnfold.save: the external data file {str(clashes[0])!r} of {str(path)!r} "
+            "would overwrite the .pte or another of its data files; name the .pte with the "
+            "'.pte' suffix and a stem of its own (model.pte is written with model.ptd)"
+        )
+    return paths
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path`` to write to; renamed to ``path`` on success."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(handle)
+    try:
+        yield Path(temporary)
+        os.replace(temporary, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def save(program: ExecutorchProgramManager, path: PathLike) -> tuple[Path, ...]:
+    """Write ``program``'s ``.pte`` to ``path`` and each external data file it needs
+    beside it, named after the ``.pte`` (`data_paths`): ``model.pte`` and ``model.ptd``.
+
+    A program whose tied table is stored once (``tie_tables=True``, docs/tied-tables.md)
+    loads only with its data file: ``Runtime.get().load_program("model.pte",
+    data_path="model.ptd")``, or ``xnnfold.run_pte(pte_bytes, inputs,
+    data_path="model.ptd")``. A program without external data is written as
+    ``et.write_to_file`` writes it, and loads alone.
 
     Returns:
-        The paths written, the ``.pte`` first.
+        The paths written, the ``.pte`` first, then the data files it loads with.
+
+    Raises:
+        IsADirectoryError: ``path`` is a directory.
+        ValueError: a data file's name would be the ``.pte``'s (`data_paths`).
     """
     if not isinstance(program, ExecutorchProgramManager):
         raise TypeError(
@@ -40,10 +98,16 @@ def save(program: ExecutorchProgramManager, path: Union[str, os.PathLike[str]]) 
     pte = Path(path)
     if pte.is_dir():
         raise IsADirectoryError(f"xnnfold.save: {str(pte)!r} is a directory; name the .pte file")
-    with open(pte, "wb") as file:
+    targets = data_paths(program, pte)
+    if targets:
+        # Written by executorch under its own names, then renamed to ``targets``.
+        staging = Path(tempfile.mkdtemp(dir=pte.parent, prefix=".xnnfold-"))
+        try:
+            program.write_tensor_data_to_file(str(staging))
+            for name, target in zip(data_files(program), targets):
+                os.replace(staging / name, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    with _replacing(pte) as temporary, open(temporary, "wb") as file:
         program.write_to_file(file)
-    written = [pte]
-    if data_files(program):
-        program.write_tensor_data_to_file(str(pte.parent))
-        written += [pte.parent / name for name in data_files(program)]
-    return tuple(written)
+    return (pte, *targets)

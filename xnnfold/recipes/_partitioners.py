@@ -20,7 +20,7 @@ from executorch.backends.xnnpack.partition.config.xnnpack_config import (
 )
 from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-from xnnfold.passes import XnnpackFoldingPartitioner
+from xnnfold.passes import CrossMethodFacts, XnnpackFoldingPartitioner
 
 __all__ = ["RecipeMismatch", "folding_partitioner_like", "replace_partitioners"]
 
@@ -97,9 +97,14 @@ def _differences(stock: XnnpackPartitioner, folding: XnnpackFoldingPartitioner) 
 
 
 def folding_partitioner_like(
-    stock: XnnpackPartitioner, *, recipe: str, tie_tables: bool = False
+    stock: XnnpackPartitioner,
+    *,
+    recipe: str,
+    tie_tables: bool = False,
+    facts: Optional[CrossMethodFacts] = None,
 ) -> XnnpackFoldingPartitioner:
-    """An `XnnpackFoldingPartitioner` configured as ``stock`` is.
+    """An `XnnpackFoldingPartitioner` configured as ``stock`` is, sharing ``facts`` with
+    the recipe's other partitioners.
 
     Raises `RecipeMismatch` naming every difference when ``stock`` is not exactly an
     `XnnpackPartitioner` (a subclass may partition otherwise) or when the rebuilt
@@ -117,6 +122,7 @@ def folding_partitioner_like(
         _precisions(configs),
         stock.per_op_mode,
         tie_tables=tie_tables,
+        facts=facts,
         **_options(configs),
     )
     differences = _differences(stock, folding)
@@ -128,9 +134,11 @@ def folding_partitioner_like(
     return folding
 
 
-def _replaced(partitioners: list[Any], *, recipe: str, tie_tables: bool) -> list[Any]:
+def _replaced(
+    partitioners: list[Any], *, recipe: str, tie_tables: bool, facts: CrossMethodFacts
+) -> list[Any]:
     return [
-        folding_partitioner_like(p, recipe=recipe, tie_tables=tie_tables)
+        folding_partitioner_like(p, recipe=recipe, tie_tables=tie_tables, facts=facts)
         if isinstance(p, XnnpackPartitioner) and not isinstance(p, XnnpackFoldingPartitioner)
         else p
         for p in partitioners
@@ -145,12 +153,16 @@ def replace_partitioners(
 ) -> Optional[list[Any] | dict[str, list[Any]]]:
     """``partitioners`` (a list, or one list per method, as `LoweringRecipe` takes them)
     with each `XnnpackPartitioner` replaced by `folding_partitioner_like` it; other
-    partitioners, folding ones included, are kept in their place."""
+    partitioners, folding ones included, are kept in their place.
+
+    The folding partitioners share one `CrossMethodFacts`: the recipe's methods may share
+    tensors, and its partitioners serve each lowering the recipe runs, one at a time."""
     if partitioners is None:
         return None
+    facts = CrossMethodFacts()
     if isinstance(partitioners, dict):
         return {
-            method: _replaced(listed, recipe=recipe, tie_tables=tie_tables)
+            method: _replaced(listed, recipe=recipe, tie_tables=tie_tables, facts=facts)
             for method, listed in partitioners.items()
         }
-    return _replaced(partitioners, recipe=recipe, tie_tables=tie_tables)
+    return _replaced(partitioners, recipe=recipe, tie_tables=tie_tables, facts=facts)

@@ -20,7 +20,7 @@ This module only finds the tables; the partitioner tags them (`partition/_tied.p
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Final, Optional
 
 import torch
 from torch.export import ExportedProgram
@@ -32,17 +32,29 @@ from xnnfold.passes._codes import ReasonCode, TIED_OTHER_USE
 from xnnfold.passes.analysis._nodes import (
     constant_fqns,
     external_tag,
-    is_gemm,
     op_overload,
     readers,
 )
 
-__all__ = ["TiedTable", "TiedTables", "UntiedTable", "find_tied_tables", "tied_across_methods"]
+__all__ = [
+    "LOOKUP_OPS",
+    "TableUses",
+    "TiedTable",
+    "TiedTables",
+    "UntiedTable",
+    "find_tied_tables",
+    "read_only_as_linear_weight",
+    "table_uses",
+    "tied_across_methods",
+]
 
 # The op whose weight XNNPACK stores byte for byte as the program holds it, and the
 # dtypes it keeps (its node visitor converts other float weights to fp32; a linear's
 # weight is never forced to fp32).
 _LINEAR: tuple[str, ...] = ("aten::linear",)
+# Ops that read a table by index: XNNPACK has no config for them, so the program keeps the
+# copy they read (the other half of a table tied across methods).
+LOOKUP_OPS: Final = frozenset({"aten::embedding", "aten::index_select", "aten::index"})
 _KEPT_DTYPES = frozenset({torch.float32, torch.float16, torch.bfloat16})
 _WEIGHT_INDEX = 1
 
@@ -103,11 +115,47 @@ def _is_linear_weight(table: Node, user: Node) -> bool:
     )
 
 
-def find_tied_tables(ep: ExportedProgram) -> TiedTables:
-    """The constants of a partitioned edge program read both inside a delegate and by an
-    op outside any delegate, that a delegated linear takes as its own weight (in a dtype
-    XNNPACK keeps): tied when every reader inside is such a linear, untied (with the
-    reason, for the first such linear) when the delegate also reads it otherwise.
+def read_only_as_linear_weight(table: Node) -> bool:
+    """Whether every reader of the constant placeholder ``table`` is a linear taking it
+    as its own weight, in a dtype XNNPACK stores unconverted: a delegate then stores the
+    table's bytes as the program holds them."""
+    val = table.meta.get(VAL_META_KEY)
+    users = readers(table)
+    return (
+        isinstance(val, torch.Tensor)
+        and val.dtype in _KEPT_DTYPES
+        and bool(users)
+        and all(_is_linear_weight(table, user) for user in users)
+    )
+
+
+def _table_verdict(table: Node, inside: list[Node], *, across_methods: bool) -> Optional[bool]:
+    """Whether the constant ``table``, read by ``inside`` in a delegate, is stored once
+    (True), kept twice for a delegated reader other than a linear's weight (False), or
+    is no tied table here (None)."""
+    weight_of = [user for user in inside if _is_linear_weight(table, user)]
+    if not weight_of:
+        # Read only outside the delegates: the program's copy of a table another
+        # method's delegate multiplies by.
+        return True if across_methods and not inside else None
+    return len(weight_of) == len(inside)
+
+
+def find_tied_tables(
+    ep: ExportedProgram, *, across_methods: frozenset[str] = frozenset()
+) -> TiedTables:
+    """The constants of a partitioned edge program stored once when tagged for one file.
+
+    Within the method: a constant read both inside a delegate and by an op outside any
+    delegate, that a delegated linear takes as its own weight (in a dtype XNNPACK keeps):
+    tied when every reader inside is such a linear, untied (with the reason, for the
+    first such linear) when the delegate also reads it otherwise.
+
+    Across methods: ``across_methods`` names the constants (by FQN) that one method of
+    the lowering reads as a linear's own weight and another reads otherwise
+    (`CrossMethodFacts.tied_across_methods`). Each is tied here where this method's copy
+    is the program's (read outside every delegate) or a delegated linear's weight, and
+    untied where a delegate here also reads it otherwise.
 
     A constant already tagged for an external file is the user's choice and left out.
     """
@@ -117,50 +165,66 @@ def find_tied_tables(ep: ExportedProgram) -> TiedTables:
     untied: list[UntiedTable] = []
     for node in ep.graph.nodes:
         fqn = fqns.get(node.name) if node.op == "placeholder" else None
+        if fqn is None or fqn in mutated or external_tag(node) is not None:
+            continue
+        shared = fqn in across_methods
         tag = node.meta.get(DELEGATION_TAG_META_KEY)
-        if fqn is None or tag is None or fqn in mutated or external_tag(node) is not None:
+        if tag is None and not shared:
             continue
         users = readers(node)
-        inside = [u for u in users if u.meta.get(DELEGATION_TAG_META_KEY) == tag]
+        inside = [
+            u for u in users if tag is not None and u.meta.get(DELEGATION_TAG_META_KEY) == tag
+        ]
         outside = [u for u in users if u.meta.get(DELEGATION_TAG_META_KEY) is None]
-        if not inside or not outside:
+        if not (inside and outside) and not shared:
             continue
         val = node.meta.get(VAL_META_KEY)
         if not isinstance(val, torch.Tensor) or val.dtype not in _KEPT_DTYPES:
             continue
-        weight_of = [user for user in inside if _is_linear_weight(node, user)]
-        if not weight_of:
-            continue
-        if len(weight_of) == len(inside):
+        verdict = _table_verdict(node, inside, across_methods=shared)
+        if verdict is True:
             tied.append(TiedTable(node.name, fqn, val.numel() * val.element_size()))
-        else:
-            untied.append(UntiedTable(node.name, fqn, weight_of[0].name, TIED_OTHER_USE))
+        elif verdict is False:
+            first = next(u for u in inside if _is_linear_weight(node, u))
+            untied.append(UntiedTable(node.name, fqn, first.name, TIED_OTHER_USE))
     return TiedTables(tuple(tied), tuple(untied))
 
 
-def _linear_weights(ep: ExportedProgram) -> dict[str, Node]:
-    """fqn -> placeholder of the constants ``ep`` reads as a linear's own weight."""
+@dataclass(frozen=True)
+class TableUses:
+    """How one exported (ATen) program reads its constant tables, by FQN: the halves of a
+    table tied across methods, read so that every copy is stored as the program holds it.
+
+    Attributes:
+        as_linear_weight: the constants it reads as a linear's own weight (in a dtype
+            XNNPACK stores unconverted), and otherwise only looks up.
+        looked_up: the constants it only looks up (`LOOKUP_OPS`, which XNNPACK never
+            delegates: the program keeps the copy).
+    """
+
+    as_linear_weight: frozenset[str] = frozenset()
+    looked_up: frozenset[str] = frozenset()
+
+
+def table_uses(ep: ExportedProgram) -> TableUses:
+    """How ``ep`` reads its constants (`TableUses`)."""
     fqns = constant_fqns(ep)
-    found: dict[str, Node] = {}
+    as_weight: set[str] = set()
+    looked_up: set[str] = set()
     for node in ep.graph.nodes:
         fqn = fqns.get(node.name) if node.op == "placeholder" else None
-        val = node.meta.get(VAL_META_KEY)
-        if fqn is None or not isinstance(val, torch.Tensor) or val.dtype not in _KEPT_DTYPES:
+        users = readers(node) if fqn is not None else []
+        if not users:
             continue
-        if any(_is_linear_weight(node, user) for user in readers(node)):
-            found[fqn] = node
-    return found
-
-
-def _read_otherwise(ep: ExportedProgram) -> dict[str, Node]:
-    """fqn -> placeholder of the constants ``ep`` reads other than as a GEMM argument."""
-    fqns = constant_fqns(ep)
-    found: dict[str, Node] = {}
-    for node in ep.graph.nodes:
-        fqn = fqns.get(node.name) if node.op == "placeholder" else None
-        if fqn is not None and any(not is_gemm(user) for user in readers(node)):
-            found[fqn] = node
-    return found
+        lookups = [user for user in users if _op_name(user) in LOOKUP_OPS]
+        weights = [user for user in users if _is_linear_weight(node, user)]
+        if len(lookups) == len(users):
+            looked_up.add(fqn)  # type: ignore[arg-type]
+        elif weights and len(weights) + len(lookups) == len(users):
+            val = node.meta.get(VAL_META_KEY)
+            if isinstance(val, torch.Tensor) and val.dtype in _KEPT_DTYPES:
+                as_weight.add(fqn)  # type: ignore[arg-type]
+    return TableUses(frozenset(as_weight), frozenset(looked_up))
 
 
 def _tensor(ep: ExportedProgram, fqn: str) -> Optional[torch.Tensor]:
@@ -169,33 +233,36 @@ def _tensor(ep: ExportedProgram, fqn: str) -> Optional[torch.Tensor]:
 
 
 def tied_across_methods(programs: dict[str, ExportedProgram]) -> dict[str, tuple[str, ...]]:
-    """Method -> placeholders of the tables one method reads as a linear's own weight
-    and another reads otherwise (an embedding lookup), on the exported (ATen) programs.
+    """Method -> placeholders of the tables stored once across methods: one method reads
+    the table as a linear's own weight and another reads it the same way or only looks it
+    up (`table_uses`), on the exported (ATen) programs.
 
     The methods must share the tensor itself (exported from modules that hold the same
-    parameter); a table only one method reads both ways is the partitioner's to find.
+    parameter); a table only one method reads is the partitioner's to find.
     """
-    weights = {m: _linear_weights(ep) for m, ep in programs.items()}
-    others = {m: _read_otherwise(ep) for m, ep in programs.items()}
-    tensors: dict[int, set[str]] = {}
+    uses = {method: table_uses(ep) for method, ep in programs.items()}
+    weight_readers: dict[int, set[str]] = {}
+    readers_of: dict[int, set[str]] = {}
     for method, ep in programs.items():
-        for fqn in weights[method]:
+        for fqn in uses[method].as_linear_weight | uses[method].looked_up:
             tensor = _tensor(ep, fqn)
-            if tensor is not None:
-                tensors.setdefault(id(tensor), set()).add(method)
-    shared: set[int] = set()
-    for method, ep in programs.items():
-        for fqn in others[method]:
-            tensor = _tensor(ep, fqn)
-            readers_as_weight = tensors.get(id(tensor), set()) if tensor is not None else set()
-            if readers_as_weight - {method}:
-                shared.add(id(tensor))
+            if tensor is None:
+                continue
+            readers_of.setdefault(id(tensor), set()).add(method)
+            if fqn in uses[method].as_linear_weight:
+                weight_readers.setdefault(id(tensor), set()).add(method)
+    shared = {
+        key
+        for key, methods in readers_of.items()
+        if any(methods - {method} for method in weight_readers.get(key, ()))
+    }
     found: dict[str, tuple[str, ...]] = {}
     for method, ep in programs.items():
+        halves = uses[method].as_linear_weight | uses[method].looked_up
         names = [
-            node.name
-            for fqn, node in {**weights[method], **others[method]}.items()
-            if id(_tensor(ep, fqn)) in shared
+            placeholder
+            for placeholder, fqn in constant_fqns(ep).items()
+            if fqn in halves and id(_tensor(ep, fqn)) in shared
         ]
         if names:
             found[method] = tuple(sorted(set(names)))

@@ -56,6 +56,7 @@ from xnnfold.passes.analysis import (
     Rejection,
     RoundDecisions,
     stored_constants,
+    table_uses,
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
 from xnnfold.passes.fold._pass import has_fold_marks
@@ -70,7 +71,7 @@ from xnnfold.passes.partition._decompositions import (
     mark_preserved,
     stock_ops_to_not_decompose,
 )
-from xnnfold.passes.partition._facts import CrossMethodFacts, default_facts
+from xnnfold.passes.partition._facts import CrossMethodFacts, facts_for_new_partitioner
 from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
 from xnnfold.passes.partition._grouping import (
     acyclic_grouping,
@@ -139,16 +140,18 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             is byte-identical either way. An escape hatch, slower.
         growth_budget: the bytes a convolution's fold may add to the program
             (`GrowthBudget`; `NO_GROWTH` declines every fold that grows it).
-        facts: the `CrossMethodFacts` of the lowering this partitioner serves, shared by
-            every partitioner of that lowering (one object per lowering). By default the
-            thread's own, which a lowering started after a partition replaces.
+        facts: the `CrossMethodFacts` the partitioners of a lowering share (what each
+            method does with the constants the methods share). By default the object
+            the partitioners built just before this one, in this thread, share (the
+            entries of a ``partitioner={...}`` dict), or a new one.
         tie_tables: store a tied table once (docs/tied-tables.md): a constant a
             delegated linear takes as its weight and an op outside the delegate also
-            reads (an embedding shared with the lm_head) is tagged for executorch's
-            default external data file, ``_default_external_constant.ptd``, for the
+            reads (an embedding shared with the lm_head, in one method or across
+            methods) is tagged for executorch's default external data file, for the
             program's copy and the delegate's alike, where it is stored once. The
-            program then loads with that file (``data_path``); False keeps both copies
-            in the ``.pte``, as the stock partitioner does.
+            ``.pte`` then loads only with that file: write both with `xnnfold.save`.
+            False (the default) keeps both copies in the ``.pte``, as the stock
+            partitioner does, and `xnnfold.explain` names the bytes tying would save.
         **config_options: handed to every config class, as `XnnpackPartitioner` hands
             its keywords: ``force_non_static_weights_for_f32_linear``, ``enable_bf16``
             (executorch 1.5.0 and later), and the options of config classes given in
@@ -182,7 +185,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         keep_decomposition_filter: bool = False,
         growth_budget: GrowthBudget = DEFAULT_GROWTH_BUDGET,
         facts: Optional[CrossMethodFacts] = None,
-        tie_tables: bool = True,
+        tie_tables: bool = False,
         **config_options: Any,
     ) -> None:
         check_releases()
@@ -222,7 +225,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             else config_precisions
         )
         self._config_options = dict(config_options)
-        self._given_facts = facts
+        self._facts = facts if facts is not None else facts_for_new_partitioner()
         # The thread this instance serves (set on first use): its caches and the tensors
         # below are one lowering's at a time.
         self._thread: Optional[int] = None
@@ -248,6 +251,12 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     @property
     def max_fold_nodes(self) -> int:
         return self.options.max_fold_nodes
+
+    @property
+    def facts(self) -> CrossMethodFacts:
+        """The `CrossMethodFacts` this partitioner shares with the other partitioners of
+        each lowering it serves."""
+        return self._facts
 
     def _serve_this_thread(self) -> None:
         thread = threading.get_ident()
@@ -279,28 +288,21 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             for name, config in self.target_partitioner_configs.items()
         }
 
-    def _lowering_facts(self, *, for_a_question: bool) -> CrossMethodFacts:
-        """The `CrossMethodFacts` of the lowering in progress."""
-        if self._given_facts is not None:
-            return self._given_facts
-        return default_facts(for_a_question=for_a_question)
+    def _constants(self) -> dict[str, torch.Tensor]:
+        """The constant tensors this partitioner was asked about, by FQN."""
+        return {fqn: t for fqn, ref in self._constant_tensors.items() if (t := ref()) is not None}
 
     def _program_facts(self, facts: CrossMethodFacts) -> ProgramFacts:
         """What the lowering's methods do with the constants this partitioner was asked
         about, by their FQNs."""
-        tensors = {
-            fqn: t for fqn, ref in self._constant_tensors.items() if (t := ref()) is not None
-        }
-        return facts.of(tensors)
+        return facts.of(self._constants())
 
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
         """executorch's grouping of every config's partition, repeated until every fold
         it accepts still holds (`matched_to_fixed_point`). Writes nothing."""
         self._serve_this_thread()
         with analysis_scope(self._analysis):
-            return self._matched(
-                ep, self._program_facts(self._lowering_facts(for_a_question=False))
-            ).groups
+            return self._matched(ep, self._program_facts(self._facts)).groups
 
     def _matched(self, ep: ExportedProgram, facts: ProgramFacts) -> Matching:
         return matched_to_fixed_point(ep, lambda decisions: self._configs(facts, decisions))
@@ -309,9 +311,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """The partitions `partition` tags, with the fold marks written onto their GEMMs."""
         self._serve_this_thread()
         with analysis_scope(self._analysis):
-            partitions, _ = self._partitions(
-                ep, self._program_facts(self._lowering_facts(for_a_question=False))
-            )
+            partitions, _ = self._partitions(ep, self._program_facts(self._facts))
         return partitions
 
     def _partitions(
@@ -357,10 +357,14 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """
         self._serve_this_thread()
         question = ep.dialect == _ATEN_DIALECT
-        facts = self._lowering_facts(for_a_question=question)
+        facts = self._facts
         with analysis_scope(self._analysis):
-            if self.fold and question:
-                self._note_constants(ep, facts)
+            if question:
+                tensors = self._asked_constants(ep)
+                if self.fold:
+                    self._note_constants(ep, tensors, facts)
+                if self.tie_tables:
+                    facts.note_tables(tensors, table_uses(ep), program=ep)
             ops, filter_fn = self._ops_to_not_decompose(ep, self._program_facts(facts))
         if filter_fn is None:
             return ops, None
@@ -407,8 +411,22 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             return ops, None
         return ops, filter_fn
 
-    def _note_constants(self, ep: ExportedProgram, facts: CrossMethodFacts) -> None:
-        """Add what the ATen program ``ep`` does with its constants to ``facts``.
+    def _asked_constants(self, ep: ExportedProgram) -> dict[str, torch.Tensor]:
+        """The parameters and buffers of the ATen program ``ep``, by FQN, remembered as
+        the keys by which the partition reads the cross-method facts."""
+        signature = ep.graph_signature
+        tensors: dict[str, torch.Tensor] = {}
+        for fqn in [*signature.parameters, *signature.buffers]:
+            tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
+            if isinstance(tensor, torch.Tensor):
+                tensors[fqn] = tensor
+                self._constant_tensors[fqn] = weakref.ref(tensor)
+        return tensors
+
+    def _note_constants(
+        self, ep: ExportedProgram, tensors: dict[str, torch.Tensor], facts: CrossMethodFacts
+    ) -> None:
+        """Add what the ATen program ``ep`` does with its constants ``tensors`` to ``facts``.
 
         to_edge_transform_and_lower asks every method's partitioners for
         ops_to_not_decompose before it partitions any method, so by partition time every
@@ -418,12 +436,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         of the same name).
         """
         signature = ep.graph_signature
-        tensors: dict[str, torch.Tensor] = {}
-        for fqn in [*signature.parameters, *signature.buffers]:
-            tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
-            if isinstance(tensor, torch.Tensor):
-                tensors[fqn] = tensor
-                self._constant_tensors[fqn] = weakref.ref(tensor)
         written = set(signature.buffers_to_mutate.values())
         # This method's writes first: the plan below must see them.
         facts.note_method(tensors, written=written, stored=frozenset())
@@ -453,7 +465,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         partitioner's final matching, with the marks and reasons written from it."""
         self._serve_this_thread()
         warn_if_deprecated_to_backend(self)
-        facts = self._lowering_facts(for_a_question=False)
+        facts = self._facts
         # Every method's question has been asked (`_facts`): this lowering's facts are in.
         facts.start_partitioning()
         program_facts = self._program_facts(facts)
@@ -472,5 +484,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             )
         record_reasons(exported_program, stock_reasons, findings)
         if self.tie_tables:
-            tag_tied_tables(exported_program, find_tied_tables(exported_program))
+            tables = find_tied_tables(
+                exported_program,
+                across_methods=facts.tied_across_methods(self._constants()),
+            )
+            tag_tied_tables(exported_program, tables)
         return result

@@ -1,7 +1,8 @@
 """Store a tied table once: tag both its copies for the same external data file.
 
 `find_tied_tables` finds the constants a delegated linear takes as its weight and
-an op outside the delegate also reads. Tagging such a placeholder with executorch's two
+an op outside the delegate also reads, in one method or across the methods of the
+lowering (from the `CrossMethodFacts`). Tagging such a placeholder with executorch's two
 external-data tags, the one XNNPACK's node visitor reads for the delegate's copy
 (``meta["custom"]["delegate_constant_tag"]``) and the one the emitter reads for the
 program's (``meta["constant_tag"]``), both under executorch's default external tag, puts
@@ -17,7 +18,8 @@ it has one already.
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+import warnings
+from typing import Final, Mapping
 
 from torch.export import ExportedProgram
 
@@ -29,10 +31,19 @@ from xnnfold._meta import (
 )
 from xnnfold.passes.analysis import tied_across_methods, TiedTables
 
-__all__ = ["tag_external", "tag_tied_tables", "tie_tables"]
+__all__ = ["TIED_TABLE_WARNING", "tag_external", "tag_tied_tables", "tie_tables"]
 
 # The partitioner's warnings keep the logger name users configure and filter by.
 logger = logging.getLogger("xnnfold.passes.partition._partitioner")
+
+# Said for each table stored once: the .pte alone no longer holds it. (The ``export``
+# command, which writes both files and says so, leaves it out.)
+TIED_TABLE_WARNING: Final = (
+    "xnnfold: the tied table '%s' (%d bytes) is stored once, in the external data file "
+    "'%s.ptd'; the .pte loads only with that file: write both with "
+    "xnnfold.save(et, 'model.pte') (which names it model.ptd) and load the .pte with it "
+    "as data_path, or keep the table in the .pte with tie_tables=False"
+)
 
 
 def tag_external(ep: ExportedProgram, placeholders: frozenset[str]) -> None:
@@ -53,10 +64,7 @@ def tag_tied_tables(ep: ExportedProgram, tables: TiedTables) -> None:
     for table in tables.tied:
         # The .pte alone no longer holds the table: say so where it happens.
         logger.warning(
-            "xnnfold: the tied table '%s' (%d bytes) is stored once, in '%s.ptd'; the "
-            ".pte loads only with that file: write both with xnnfold.save(et, path) or "
-            "et.write_tensor_data_to_file(folder), or keep it in the .pte with "
-            "XnnpackFoldingPartitioner(tie_tables=False)",
+            TIED_TABLE_WARNING,
             table.fqn,
             table.nbytes,
             EXTERNAL_CONSTANT_TAG,
@@ -70,15 +78,14 @@ def tag_tied_tables(ep: ExportedProgram, tables: TiedTables) -> None:
 
 
 def tie_tables(programs: Mapping[str, ExportedProgram]) -> dict[str, tuple[str, ...]]:
-    """Store once a table one method reads as a linear's weight and another reads
-    otherwise, as an embedding: call on the exported programs before
-    ``to_edge_transform_and_lower``.
+    """Deprecated: ``XnnpackFoldingPartitioner(tie_tables=True)`` stores a table shared
+    across methods once while partitioning, with no call before lowering.
 
-    Each method is partitioned on its own, so the partitioner of the method that only
-    looks the table up cannot know another method's delegate stores it too; this tags the
-    table in every method that reads it for executorch's default external data file,
-    where it is then stored once. The methods must hold the same tensor (export them from
-    modules that share the parameter).
+    Tags, on the exported (ATen) programs, the tables one method reads as a linear's
+    weight and another reads otherwise (the same finding `CrossMethodFacts` makes for the
+    partitioner), for executorch's default external data file. Tagged before lowering,
+    such a table is a source the partitioner leaves alone: a weight computed from it is
+    not folded (XNF503).
 
     Args:
         programs: the exported (ATen) programs by method name, as given to
@@ -88,6 +95,13 @@ def tie_tables(programs: Mapping[str, ExportedProgram]) -> dict[str, tuple[str, 
         The placeholders tagged, by method; empty when no table is shared across methods
         (then nothing is changed).
     """
+    warnings.warn(
+        "xnnfold.tie_tables(programs) is deprecated: lower with "
+        "XnnpackFoldingPartitioner(tie_tables=True), which stores a table shared across "
+        "methods once while partitioning",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     if not isinstance(programs, Mapping) or not all(
         isinstance(ep, ExportedProgram) for ep in programs.values()
     ):

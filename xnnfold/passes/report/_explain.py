@@ -24,9 +24,9 @@ from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
 from xnnfold.passes.report._programs import methods, Program
 from xnnfold.passes.report._reasons import module_path
-from xnnfold.passes.report._tied import shared_tables, SharedTable
+from xnnfold.passes.report._tied import SharedTable, table_copies, TableStoredTwice
 
-__all__ = ["ExplainReport", "GemmRow", "SharedTable", "explain"]
+__all__ = ["ExplainReport", "GemmRow", "SharedTable", "TableStoredTwice", "explain"]
 
 
 _NO_REASON = "no reason recorded: lowered without XnnpackFoldingPartitioner"
@@ -77,16 +77,25 @@ class ExplainReport:
     """Every GEMM of a lowered program; ``str(report)`` is a printable table.
 
     ``shared`` lists the tied tables the program stores once (`SharedTable`: a constant a
-    delegated linear takes as its weight and the program also reads, in one ``.ptd``).
+    delegated linear takes as its weight and the program also reads, in one ``.ptd``);
+    ``stored_twice`` those it stores twice, in the program and in a delegate
+    (`TableStoredTwice`), which ``tie_tables=True`` would store once.
     """
 
     rows: tuple[GemmRow, ...]
     shared: tuple[SharedTable, ...] = ()
+    stored_twice: tuple[TableStoredTwice, ...] = ()
 
     @property
     def bytes_saved(self) -> int:
         """Bytes the tied tables stored once save (each table once)."""
         return sum({table.fqn: table.nbytes for table in self.shared}.values())
+
+    @property
+    def bytes_tying_would_save(self) -> int:
+        """Bytes ``tie_tables=True`` would save by storing each table of
+        ``stored_twice`` once (each table once)."""
+        return sum({table.fqn: table.nbytes for table in self.stored_twice}.values())
 
     @property
     def outside(self) -> tuple[GemmRow, ...]:
@@ -142,6 +151,12 @@ class ExplainReport:
             out.append(
                 f"tied table {table.fqn} ({table.method}): stored once in {table.file}.ptd "
                 f"for the program and its delegate, {table.nbytes:,} bytes saved"
+            )
+        for twice in self.stored_twice:
+            out.append(
+                f"tied table {twice.fqn} ({twice.method}): stored twice, for the program and "
+                f"for a delegate; tie_tables=True stores it once, saving {twice.nbytes:,} "
+                "bytes, in a .ptd the .pte then loads with (docs/tied-tables.md)"
             )
         beyond = sum(r.code == BEYOND_BUDGET.code for r in self.rows)
         if grows:
@@ -268,4 +283,5 @@ def explain(program: Program) -> ExplainReport:
             f"ExportedProgram), got {type(program).__name__}"
         )
     rows = [row for method, ep in methods(program) for row in _rows(method, ep)]
-    return ExplainReport(tuple(rows), shared_tables(program))
+    copies = table_copies(program)
+    return ExplainReport(tuple(rows), copies.shared, copies.stored_twice)

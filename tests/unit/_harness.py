@@ -195,13 +195,14 @@ class _ArgumentRules(_Predicate):
 
 
 class _Partitioner:
-    """XNF590: the code `XnnpackFoldingPartitioner.partition` records on a GEMM it did
-    not delegate; `ACCEPTED` when it delegated the GEMM without a reason."""
+    """XNF590 and XNF517: the code `XnnpackFoldingPartitioner.partition` records on a GEMM
+    (with ``tie_tables=True``, the option XNF517 belongs to); `ACCEPTED` when it
+    delegated the GEMM without a reason."""
 
     bundle = "partitioned"
 
     def prepare(self, ep: ExportedProgram) -> None:
-        XnnpackFoldingPartitioner().partition(ep)
+        XnnpackFoldingPartitioner(tie_tables=True).partition(ep)
 
     def __call__(self, judged: Judged) -> str:
         code = judged.gemm.meta.get(REASON_CODE_META_KEY)

@@ -222,6 +222,48 @@ def test_each_method_s_partitioner_knows_what_the_other_method_writes(
     torch.testing.assert_close(out, _Forward(reference)(x), rtol=1e-5, atol=1e-5)
 
 
+class _Other(nn.Module):
+    """A method over another model of the same structure: its ``net.gain`` is another
+    tensor under the same FQN."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.net = _Gain()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Forward(self.net)(x)
+
+
+@pytest.mark.runtime
+def test_one_partitioner_knows_what_another_method_writes_under_a_shared_name() -> None:
+    """One partitioner serves three methods; the last one asked names another tensor
+    ``net.gain``: the reader's partition must still see that ``set_gain`` writes its own."""
+    from executorch.runtime import Runtime
+
+    net = _Gain().eval()
+    programs = {
+        "forward": torch.export.export(_Forward(net), (torch.randn(3, 8),)),
+        "write": torch.export.export(_SetGain(net), (torch.ones(8, 1),)),
+        "other": torch.export.export(_Other().eval(), (torch.randn(3, 8),)),
+    }
+    edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackFoldingPartitioner()])
+    config = ExecutorchBackendConfig(
+        passes=[InitializedMutableBufferPass(["gain"])],
+        memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True),
+        emit_mutable_buffer_names=True,
+    )
+    program = Runtime.get().load_program(edge.to_executorch(config).buffer)
+    forward, write = program.load_method("forward"), program.load_method("write")
+    gain = torch.linspace(-2.0, 3.0, 8).reshape(8, 1)
+    write.execute([gain])
+    x = torch.randn(3, 8)
+    (out,) = forward.execute([x])
+    with torch.no_grad():
+        net.gain.copy_(gain)
+        torch.testing.assert_close(out, _Forward(net)(x), rtol=1e-5, atol=1e-5)
+
+
 # --------------------------------------------------------------------------------------
 # Same call, same program: a lowering after one that raised half way.
 

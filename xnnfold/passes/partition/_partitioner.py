@@ -233,10 +233,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # about many times); see `analysis_scope`.
         self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
-        # The tensor behind each constant FQN this partitioner was asked about: the keys
-        # by which the partition reads the cross-method facts (the edge program it
-        # partitions holds copies of the tensors).
-        self._constant_tensors: dict[str, weakref.ref[torch.Tensor]] = {}
+        # The tensors behind each constant FQN this partitioner was asked about (one per
+        # module tree the methods come from): the keys by which the partition reads the
+        # cross-method facts (the edge program it partitions holds copies of them).
+        self._constant_tensors: dict[str, list[weakref.ref[torch.Tensor]]] = {}
         # The last partition's findings (`rejections`), for inspection only.
         self._findings = NO_FINDINGS
         # The configs every method executorch inherits reads: built with this
@@ -288,14 +288,34 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             for name, config in self.target_partitioner_configs.items()
         }
 
-    def _constants(self) -> dict[str, torch.Tensor]:
-        """The constant tensors this partitioner was asked about, by FQN."""
-        return {fqn: t for fqn, ref in self._constant_tensors.items() if (t := ref()) is not None}
+    def _asked_tensors(self) -> list[dict[str, torch.Tensor]]:
+        """The constant tensors this partitioner was asked about, as FQN -> tensor maps.
+
+        One FQN may name different tensors in the methods of one lowering (each method's
+        module tree names its own), and a partition does not say which method it is, so
+        every tensor asked under an FQN is read: the i-th map holds each FQN's i-th."""
+        layers: list[dict[str, torch.Tensor]] = []
+        for fqn, refs in self._constant_tensors.items():
+            for i, tensor in enumerate(t for ref in refs if (t := ref()) is not None):
+                if i == len(layers):
+                    layers.append({})
+                layers[i][fqn] = tensor
+        return layers
 
     def _program_facts(self, facts: CrossMethodFacts) -> ProgramFacts:
         """What the lowering's methods do with the constants this partitioner was asked
-        about, by their FQNs."""
-        return facts.of(self._constants())
+        about, by their FQNs: for an FQN that names several tensors, what they do with
+        any of them."""
+        found = [facts.of(layer) for layer in self._asked_tensors()]
+        return ProgramFacts(
+            frozenset().union(*(f.written_buffers for f in found)),
+            frozenset().union(*(f.stored_elsewhere for f in found)),
+        )
+
+    def _tied_across_methods(self, facts: CrossMethodFacts) -> frozenset[str]:
+        """The FQNs of the tables tied across the lowering's methods (`_asked_tensors`)."""
+        layers = self._asked_tensors()
+        return frozenset().union(*(facts.tied_across_methods(layer) for layer in layers))
 
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
         """executorch's grouping of every config's partition, repeated until every fold
@@ -420,7 +440,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
             if isinstance(tensor, torch.Tensor):
                 tensors[fqn] = tensor
-                self._constant_tensors[fqn] = weakref.ref(tensor)
+                refs = [ref for ref in self._constant_tensors.get(fqn, []) if ref() is not None]
+                if not any(ref() is tensor for ref in refs):
+                    refs.append(weakref.ref(tensor))
+                self._constant_tensors[fqn] = refs
         return tensors
 
     def _note_constants(
@@ -486,7 +509,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         if self.tie_tables:
             tables = find_tied_tables(
                 exported_program,
-                across_methods=facts.tied_across_methods(self._constants()),
+                across_methods=self._tied_across_methods(facts),
             )
             tag_tied_tables(exported_program, tables)
         return result

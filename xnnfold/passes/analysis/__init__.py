@@ -33,7 +33,6 @@ from xnnfold.passes.analysis._nodes import (
     gemm_positions,
     is_float32,
     is_gemm,
-    is_preserved,
     op_overload,
     site_of,
 )
@@ -94,7 +93,6 @@ __all__ = [
     "is_float32",
     "is_gemm",
     "is_matrix_transpose",
-    "is_preserved",
     "new_analysis_cache",
     "noted_growth",
     "op_overload",

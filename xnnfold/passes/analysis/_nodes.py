@@ -12,7 +12,6 @@ from torch.fx import Node
 from xnnfold._meta import (
     CUSTOM_META_KEY,
     EXTERNAL_TAG_KEYS,
-    PRESERVED_META_KEY,
     SITE_META_KEY,
     VAL_META_KEY,
 )
@@ -32,7 +31,6 @@ __all__ = [
     "gemm_positions",
     "is_float32",
     "is_gemm",
-    "is_preserved",
     "op_overload",
     "readers",
     "site_of",
@@ -53,12 +51,6 @@ def op_overload(target: object) -> Optional[OpOverload]:
             return aten_op if isinstance(aten_op, OpOverload) else target
         return target
     return None
-
-
-def is_preserved(node: Node) -> bool:
-    """True when the partitioner asked executorch to keep ``node``'s op undecomposed."""
-    custom = node.meta.get(CUSTOM_META_KEY)
-    return isinstance(custom, dict) and bool(custom.get(PRESERVED_META_KEY))
 
 
 def site_of(node: Node) -> Optional[str]:

@@ -16,6 +16,9 @@ inside each delegate. They all call `decide`, and nothing else decides: "delegat
   the ATen program nothing is kept yet (`Stage.ATEN`); inside a delegate the
   partitioner has accepted the fold on the whole method, so only the rules that make a
   fold wrong decline it (`Stage.DELEGATE`).
+- ``kept``: which nodes those kept ops are, by name. The partitioner knows them (its
+  ATen plan chose them, and its decomposition filter marked them for the edge program);
+  the ladder reads them from its arguments only.
 
 The verdict is one of three: fold the computation, delegate the GEMM with the argument
 computed at run time (XNNPACK's fully-connected op takes an fp32 weight as an input), or
@@ -34,7 +37,6 @@ from torch.fx import Node
 from xnnfold.passes._codes import BEYOND_BUDGET, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis._growth import gemm_op_name, has_run_time_weight_form
-from xnnfold.passes.analysis._nodes import is_preserved
 from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Rejection, WeightComputation
 from xnnfold.passes.analysis._scope import in_a_scope
@@ -159,11 +161,17 @@ def decide(
     stage: Stage,
     facts: ProgramFacts = NO_FACTS,
     decisions: RoundDecisions = FIRST_ROUND,
+    kept: AbstractSet[str] = frozenset(),
 ) -> Optional[Verdict]:
     """The verdict on ``gemm.args[arg_index]``; None when it is absent or a stored tensor
     (nothing to fold: the stock decision stands).
 
-    Pure: reads the graph and the program's signature, changes nothing.
+    ``kept``: names of the nodes of ``ep`` kept undecomposed for a fold, which have no
+    portable kernel (read at `Stage.EDGE` only; see the module docstring).
+
+    Pure: the verdict is a function of the arguments. It reads ``ep``'s graph, its
+    signature and the nodes' values (``meta["val"]``) and site marks, writes nothing,
+    and memoizes its sweeps of the graph in the open analysis scope (`_scope`).
     """
     others = decisions.non_folding - {gemm.name}
 
@@ -216,7 +224,9 @@ def decide(
             elif (
                 isinstance(isolated, WeightComputation)
                 and stage is Stage.EDGE
-                and _holds_kept_ops(gemm, ep, arg_positions=arg_positions, options=options)
+                and _holds_kept_ops(
+                    gemm, ep, arg_positions=arg_positions, options=options, kept=kept
+                )
             ):
                 # Declined only to keep the program small, but a computation of this GEMM
                 # holds ops kept undecomposed (`_weight_norm`, `stack`) that have no
@@ -239,14 +249,21 @@ def decide(
 
 
 def _holds_kept_ops(
-    gemm: Node, ep: ExportedProgram, *, arg_positions: tuple[int, ...], options: FoldOptions
+    gemm: Node,
+    ep: ExportedProgram,
+    *,
+    arg_positions: tuple[int, ...],
+    options: FoldOptions,
+    kept: AbstractSet[str],
 ) -> bool:
-    """True when a computation of one of ``gemm``'s arguments holds an op the
-    partitioner kept undecomposed (decided before other methods were seen)."""
+    """True when a computation of one of ``gemm``'s arguments holds a node of ``kept``,
+    an op the partitioner kept undecomposed (decided before other methods were seen)."""
+    if not kept:
+        return False
     for index in arg_positions:
         result = find_weight_computation(
             gemm, index, ep, arg_positions=arg_positions, options=options
         )
-        if isinstance(result, WeightComputation) and any(is_preserved(n) for n in result.nodes):
+        if isinstance(result, WeightComputation) and any(n.name in kept for n in result.nodes):
             return True
     return False

@@ -9,7 +9,8 @@ the config reports the fold (`Findings.folds`), which the partitioner writes ont
 Everything else is the stock config's decision.
 
 A config is built with what the ladder reads (the fold options, the program's
-`ProgramFacts`, the round's `RoundDecisions`) and never written afterwards. executorch's
+`ProgramFacts`, the round's `RoundDecisions`, the nodes kept undecomposed for a fold) and
+never written afterwards. executorch's
 matching asks it for booleans and node lists; `FoldingGEMMMixin.match` asks the same and
 returns what the config found with the partition (`_findings`).
 """
@@ -101,7 +102,7 @@ class FoldingGEMMMixin:
     """Accepts a GEMM whose fp32 weight or bias is a foldable computation of constants.
 
     Built once with what the decision ladder reads (``fold``, ``fold_options``,
-    ``facts``, ``decisions``) and never written afterwards (`build` seals it: setting an
+    ``facts``, ``decisions``, ``kept``) and never written afterwards (`build` seals it: setting an
     attribute then raises). What it finds comes back from `match` as a value.
     """
 
@@ -109,6 +110,8 @@ class FoldingGEMMMixin:
     options: FoldOptions = _DEFAULT_OPTIONS
     facts: ProgramFacts = NO_FACTS
     decisions: RoundDecisions = FIRST_ROUND
+    # Names of the nodes kept undecomposed for a fold (`decide`'s ``kept``).
+    kept: frozenset[str] = frozenset()
     # XNNPACK serializes this GEMM as a fully-connected op, which takes its weight and
     # bias at run time under force_non_static_weights_for_f32_linear.
     fully_connected: bool = False
@@ -120,6 +123,7 @@ class FoldingGEMMMixin:
         fold_options: FoldOptions = _DEFAULT_OPTIONS,
         facts: ProgramFacts = NO_FACTS,
         decisions: RoundDecisions = FIRST_ROUND,
+        kept: frozenset[str] = frozenset(),
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -127,6 +131,7 @@ class FoldingGEMMMixin:
         self.options = fold_options
         self.facts = facts
         self.decisions = decisions
+        self.kept = kept
 
     @classmethod
     def build(
@@ -138,11 +143,17 @@ class FoldingGEMMMixin:
         fold_options: FoldOptions,
         facts: ProgramFacts,
         decisions: RoundDecisions,
+        kept: frozenset[str] = frozenset(),
     ) -> _Config:
         """A sealed config: built as `XnnpackPartitioner` builds its configs (the
         keywords, then the enabled precisions), with what the ladder reads."""
         config = cls(
-            fold=fold, fold_options=fold_options, facts=facts, decisions=decisions, **options
+            fold=fold,
+            fold_options=fold_options,
+            facts=facts,
+            decisions=decisions,
+            kept=kept,
+            **options,
         )
         config.set_enabled_precision_types(precisions)  # type: ignore[attr-defined]
         config.__dict__["_sealed"] = True
@@ -196,7 +207,7 @@ class FoldingGEMMMixin:
 
     def verdict(self, node: Node, arg_index: int, ep: ExportedProgram) -> Optional[Verdict]:
         """The decision ladder's verdict on this GEMM's argument, with this config's
-        layout, options, facts and round."""
+        layout, options, facts, round and kept nodes."""
         return decide(
             node,
             arg_index,
@@ -206,6 +217,7 @@ class FoldingGEMMMixin:
             stage=Stage.EDGE,
             facts=self.facts,
             decisions=self.decisions,
+            kept=self.kept,
         )
 
     def folds(self, node: Node, arg_index: int, ep: ExportedProgram) -> Optional[WeightComputation]:

@@ -15,14 +15,12 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import (
-    CUSTOM_META_KEY,
     DELEGATION_TAG_META_KEY,
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
     GROWTH_META_KEY,
     PARTITION_MARK_KEYS,
-    PRESERVED_META_KEY,
     REASON_CODE_META_KEY,
     REASON_META_KEY,
 )
@@ -73,16 +71,17 @@ def write_marks(ep: ExportedProgram, findings: Findings, options: FoldOptions) -
 
 
 def check_preserved_were_delegated(
-    ep: ExportedProgram, written_buffers: frozenset[str], options: FoldOptions
+    ep: ExportedProgram,
+    kept: frozenset[str],
+    written_buffers: frozenset[str],
+    options: FoldOptions,
 ) -> None:
-    """Raise when an op kept undecomposed to fold a weight ended up outside every
-    delegate: it has no portable kernel, so the program could not run."""
+    """Raise when an op kept undecomposed to fold a weight (a node of ``kept``) ended up
+    outside every delegate: it has no portable kernel, so the program could not run."""
     for node in ep.graph.nodes:
-        custom = node.meta.get(CUSTOM_META_KEY)
         if (
             node.op == "call_function"
-            and isinstance(custom, dict)
-            and custom.get(PRESERVED_META_KEY)
+            and node.name in kept
             and DELEGATION_TAG_META_KEY not in node.meta
         ):
             written = _written_buffers_read_by(node, ep, written_buffers, options)

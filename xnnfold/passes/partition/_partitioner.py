@@ -67,6 +67,7 @@ from xnnfold.passes.partition._configs import (
 )
 from xnnfold.passes.partition._decompositions import (
     filter_is_redundant,
+    kept_for_folds,
     mark_preserved,
     stock_ops_to_not_decompose,
 )
@@ -261,10 +262,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             )
 
     def _configs(
-        self, facts: ProgramFacts, decisions: RoundDecisions
+        self, facts: ProgramFacts, decisions: RoundDecisions, kept: frozenset[str] = frozenset()
     ) -> dict[str, PartitionerConfig]:
-        """This partitioner's configs, each folding one built anew with ``facts`` and
-        ``decisions``."""
+        """This partitioner's configs, each folding one built anew with ``facts``,
+        ``decisions`` and the nodes ``kept`` undecomposed for a fold."""
         return {
             name: type(config).build(
                 self._precisions,
@@ -273,6 +274,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 fold_options=self.options,
                 facts=facts,
                 decisions=decisions,
+                kept=kept,
             )
             if isinstance(config, FoldingGEMMMixin)
             else config
@@ -299,23 +301,27 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         self._serve_this_thread()
         with analysis_scope(self._analysis):
             return self._matched(
-                ep, self._program_facts(self._lowering_facts(for_a_question=False))
+                ep,
+                self._program_facts(self._lowering_facts(for_a_question=False)),
+                kept_for_folds(ep),
             ).groups
 
-    def _matched(self, ep: ExportedProgram, facts: ProgramFacts) -> Matching:
-        return matched_to_fixed_point(ep, lambda decisions: self._configs(facts, decisions))
+    def _matched(self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]) -> Matching:
+        return matched_to_fixed_point(ep, lambda decisions: self._configs(facts, decisions, kept))
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The partitions `partition` tags, with the fold marks written onto their GEMMs."""
         self._serve_this_thread()
         with analysis_scope(self._analysis):
             partitions, _ = self._partitions(
-                ep, self._program_facts(self._lowering_facts(for_a_question=False))
+                ep,
+                self._program_facts(self._lowering_facts(for_a_question=False)),
+                kept_for_folds(ep),
             )
         return partitions
 
     def _partitions(
-        self, ep: ExportedProgram, facts: ProgramFacts
+        self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]
     ) -> tuple[list[Partition], Findings]:
         """The final matching's partitions and findings, its marks written (`write_marks`).
 
@@ -326,7 +332,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         (`within_xnnpack_rank`): its runtime refuses to load them. Last, a clone that
         preprocess would turn into a pass-through output leaves its partition
         (`without_pass_through`): preprocess refuses those."""
-        matching = self._matched(ep, facts)
+        matching = self._matched(ep, facts, kept)
         write_marks(ep, matching.findings, self.options)
         groups = within_xnnpack_rank(matching.groups, matching.findings.folds)
         partitions = self._stock_partitions(ep, groups)
@@ -380,8 +386,11 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         preserved: dict[str, OpOverload] = {}
         if self.fold:
             preserved = self._plan(ep, facts).preserved
-        # The stock filter asks configs built with the facts known now.
-        ops, stock_filter = stock_ops_to_not_decompose(self._configs(facts, FIRST_ROUND), ep)
+        # The stock filter asks configs built with the facts known now, and with the nodes
+        # this plan keeps (the filter marks them only as executorch asks about each).
+        ops, stock_filter = stock_ops_to_not_decompose(
+            self._configs(facts, FIRST_ROUND, frozenset(preserved) | kept_for_folds(ep)), ep
+        )
         ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
         graph = ep.graph
 
@@ -457,18 +466,19 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # Every method's question has been asked (`_facts`): this lowering's facts are in.
         facts.start_partitioning()
         program_facts = self._program_facts(facts)
+        kept = kept_for_folds(exported_program)
         with (
             analysis_scope(self._analysis),
             collect_why_reasons(exported_program.graph_module) as stock_reasons,
         ):
-            partitions, findings = self._partitions(exported_program, program_facts)
+            partitions, findings = self._partitions(exported_program, program_facts, kept)
         result = tag_partitions(exported_program, partitions, self.delegation_spec)
         self._findings = findings
         if self.fold:
             if has_fold_marks(exported_program):
                 install_preprocess_hook()
             check_preserved_were_delegated(
-                exported_program, program_facts.written_buffers, self.options
+                exported_program, kept, program_facts.written_buffers, self.options
             )
         record_reasons(exported_program, stock_reasons, findings)
         if self.tie_tables:

@@ -20,6 +20,8 @@ from xnnfold.passes.analysis._arguments import (
     shared_kernel_problem,
 )
 from xnnfold.passes.analysis._constants import (
+    constant_computation,
+    input_dependent,
     is_constant_node,
     is_constant_source,
     stored_constants,
@@ -81,6 +83,7 @@ __all__ = [
     "analysis_scope",
     "arg_role",
     "computation_key",
+    "constant_computation",
     "constant_fqns",
     "decide",
     "deconvolution_problem",
@@ -88,6 +91,7 @@ __all__ = [
     "find_tied_tables",
     "find_weight_computation",
     "gemm_positions",
+    "input_dependent",
     "is_constant_node",
     "is_constant_source",
     "is_float32",

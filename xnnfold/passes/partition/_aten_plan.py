@@ -19,7 +19,6 @@ from typing import Callable, cast, MutableMapping, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 
@@ -30,9 +29,10 @@ from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BL
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     addmm_problem,
+    constant_computation,
     decide,
     deconvolution_problem,
-    is_constant_node,
+    input_dependent,
     is_constant_source,
     is_float32,
     op_overload,
@@ -54,8 +54,6 @@ __all__ = [
     "AtenPlan",
     "PlanCache",
     "aten_plan",
-    "constant_computation",
-    "input_dependent",
     "keepable",
 ]
 
@@ -311,35 +309,6 @@ def aten_plan(
     if cache is not None:
         cache[graph] = (key, plan)
     return plan
-
-
-def constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
-    """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
-    its sources at run time if the GEMM does not fold it."""
-    arg = gemm.args[index] if index < len(gemm.args) else None
-    return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
-
-
-def input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set[Node]:
-    """The nodes computed at run time: from the program's inputs or from a buffer some
-    method writes. Unlike the fold rules' constant map, a dequantized weight is not one."""
-    signature = ep.graph_signature
-    written = written_buffers | set(signature.buffers_to_mutate.values())
-    starts = {
-        spec.arg.name
-        for spec in signature.input_specs
-        if spec.kind == InputKind.USER_INPUT
-        or (spec.kind == InputKind.BUFFER and spec.target in written)
-    }
-    found: set[Node] = set()
-    for node in ep.graph.nodes:
-        if node.op == "placeholder":
-            run_time = node.name in starts
-        else:
-            run_time = any(arg in found for arg in node.all_input_nodes)
-        if run_time:
-            found.add(node)
-    return found
 
 
 def never_folds(node: Node, *, force_non_static_weights: bool) -> bool:

@@ -28,8 +28,9 @@ decline, each with the `Rejection` and its code where it is not a fold.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
-from typing import AbstractSet, Optional, Union
+from typing import AbstractSet, Callable, Optional, Union
 
 from torch.export import ExportedProgram
 from torch.fx import Node
@@ -150,6 +151,10 @@ def written_elsewhere(
     return None
 
 
+# `find_weight_computation` for one GEMM argument, given the inputs that vary.
+_Find = Callable[..., Union[WeightComputation, Rejection, None]]
+
+
 @in_a_scope
 def decide(
     gemm: Node,
@@ -173,43 +178,20 @@ def decide(
     signature and the nodes' values (``meta["val"]``) and site marks, writes nothing,
     and memoizes its sweeps of the graph in the open analysis scope (`_scope`).
     """
+    find: _Find = functools.partial(
+        find_weight_computation, gemm, arg_index, ep, arg_positions=arg_positions, options=options
+    )
     others = decisions.non_folding - {gemm.name}
-
-    def find(
-        *, stored: frozenset[str], non_folding: frozenset[str], sharing: bool = True
-    ) -> Union[WeightComputation, Rejection, None]:
-        return find_weight_computation(
-            gemm,
-            arg_index,
-            ep,
-            arg_positions=arg_positions,
-            options=options,
-            stored_elsewhere=stored,
-            non_folding=non_folding,
-            sharing=sharing,
-        )
-
-    result = find(stored=facts.stored_elsewhere, non_folding=others)
+    result = find(stored_elsewhere=facts.stored_elsewhere, non_folding=others)
     # The computation judged as if this method were alone and every other GEMM folded:
     # only the rules within the method apply (other readers, size, budget).
     isolated: Union[WeightComputation, Rejection, None] = None
     stored_twice = False
     if isinstance(result, Rejection):
         if stage is Stage.DELEGATE:
-            if result.computed_from_constants and not result.keep_stock:
-                # The partitioner applied the sharing rules to the whole method; here a
-                # reader it counted can look different (a weight computed at run time
-                # in this delegate reads a lifted scalar as a delegate input). Folding
-                # is correct when only sources are shared (they stay for that reader);
-                # a shared intermediate would stay too, computed by ops no XNNPACK
-                # config checked. The growth budget was judged on the whole method.
-                correct = find(stored=frozenset(), non_folding=frozenset(), sharing=False)
-                if isinstance(correct, WeightComputation) and (
-                    not correct.shared or result.code is BEYOND_BUDGET
-                ):
-                    result = correct
+            result = _as_delegated(result, find)
         elif facts.stored_elsewhere or others:
-            isolated = find(stored=frozenset(), non_folding=frozenset())
+            isolated = find(stored_elsewhere=frozenset(), non_folding=frozenset())
             written = written_elsewhere(isolated, ep, facts.written_buffers)
             if written is not None:
                 # The reason that decides: its sources may look kept only because this
@@ -234,6 +216,38 @@ def decide(
                 # the shared sources are stored beside the folded value.
                 result, stored_twice = isolated, True
     result = written_elsewhere(result, ep, facts.written_buffers) or result
+    return _verdict_on(gemm, result, isolated=isolated, stored_twice=stored_twice)
+
+
+def _as_delegated(rejection: Rejection, find: _Find) -> Union[WeightComputation, Rejection]:
+    """Inside a delegate (`Stage.DELEGATE`): the computation, when only the rules that
+    keep the program small declined it and folding it is correct; else ``rejection``.
+
+    The partitioner applied the sharing rules to the whole method; here a reader it
+    counted can look different (a weight computed at run time in this delegate reads a
+    lifted scalar as a delegate input). Folding is correct when only sources are shared
+    (they stay for that reader); a shared intermediate would stay too, computed by ops no
+    XNNPACK config checked. The growth budget was judged on the whole method."""
+    if not rejection.computed_from_constants or rejection.keep_stock:
+        return rejection
+    correct = find(stored_elsewhere=frozenset(), non_folding=frozenset(), sharing=False)
+    if isinstance(correct, WeightComputation) and (
+        not correct.shared or rejection.code is BEYOND_BUDGET
+    ):
+        return correct
+    return rejection
+
+
+def _verdict_on(
+    gemm: Node,
+    result: Union[WeightComputation, Rejection, None],
+    *,
+    isolated: Union[WeightComputation, Rejection, None],
+    stored_twice: bool,
+) -> Optional[Verdict]:
+    """The verdict the ladder's final ``result`` gives: a fold, or for a rejection the
+    run-time weight where XNNPACK has that form (`has_run_time_weight_form`), else a
+    decline; ``isolated`` is kept as what would be correct alone."""
     if result is None:
         return None
     if isinstance(result, WeightComputation):

@@ -14,6 +14,7 @@ dtype, rank and shape checks and the argument rules (`aten_gemm_delegable`,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, cast, MutableMapping, Optional, Sequence
 
@@ -234,10 +235,10 @@ def aten_plan(
     cached = cache.get(graph) if cache is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
-    written_buffers = facts.written_buffers
     preserved: dict[str, OpOverload] = {}
     not_folding: set[str] = set()
-    run_time: Optional[set[Node]] = None
+    # Swept once, and only when a GEMM declines an argument.
+    run_time = functools.cache(lambda: input_dependent(ep, facts.written_buffers))
     for node in graph.nodes:
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
         if positions is None:
@@ -252,28 +253,10 @@ def aten_plan(
             ):
                 not_folding.add(node.name)
             continue
-        results: dict[int, Optional[WeightComputation]] = {}
-        for index in positions:
-            verdict = decide(
-                node,
-                index,
-                ep,
-                arg_positions=positions,
-                options=options,
-                stage=Stage.ATEN,
-                facts=facts,
-            )
-            results[index] = verdict.computation if verdict is not None else None
-
-        def constant_or_foldable(index: int) -> bool:
-            # Called only within this iteration, so the loop variables are the right ones.
-            arg = node.args[index] if index < len(node.args) else None  # noqa: B023
-            if arg is None:
-                return True
-            if isinstance(arg, Node) and arg.op == "placeholder":
-                return is_constant_source(ep, arg, written_buffers)
-            return results[index] is not None  # noqa: B023
-
+        computations = _folded_computations(ep, node, positions, options=options, facts=facts)
+        constant_or_foldable = functools.partial(
+            _constant_or_foldable, ep, node, computations, facts.written_buffers
+        )
         # Ops are kept only for a GEMM the edge configs will then take with every
         # argument in its partition: a kept op outside a delegate has no kernel at all.
         # (Fully-connected GEMMs under force_non_static_weights were turned away above: a
@@ -284,31 +267,91 @@ def aten_plan(
             force_non_static_weights=force_non_static_weights,
             constant_or_foldable=constant_or_foldable,
         ):
-            # The edge configs apply the same argument and computation rules: this GEMM
-            # will not fold its declined arguments, so their constant computations keep
-            # their sources. (Not its other arguments: a quantized GEMM's weight is
-            # declined here, a dequantize, and the edge configs still fold its bias.)
-            # An argument computed at run time where a constant is needed (an addmm's
-            # residual bias) leaves the whole GEMM on portable: every constant
-            # computation it reads keeps its sources.
-            if run_time is None:
-                run_time = input_dependent(ep, written_buffers)
-            whole = not declined or any(
-                isinstance(arg, Node) and arg in run_time
-                for arg in (node.args[i] for i in declined if i < len(node.args))
-            )
-            if any(constant_computation(ep, node, i) for i in (positions if whole else declined)):
+            if _keeps_sources(ep, node, positions, declined, run_time()):
                 not_folding.add(node.name)
             continue
-        for result in results.values():
-            for member in result.nodes if result is not None else ():
-                op = op_overload(member.target)
-                if op is not None and keepable(op):
-                    preserved[member.name] = op
+        preserved.update(_kept_ops(computations))
     plan = AtenPlan(preserved, frozenset(not_folding))
     if cache is not None:
         cache[graph] = (key, plan)
     return plan
+
+
+def _folded_computations(
+    ep: ExportedProgram,
+    gemm: Node,
+    positions: tuple[int, ...],
+    *,
+    options: FoldOptions,
+    facts: ProgramFacts,
+) -> dict[int, Optional[WeightComputation]]:
+    """{argument index: the computation the decision ladder folds, or None} of ``gemm``."""
+    computations: dict[int, Optional[WeightComputation]] = {}
+    for index in positions:
+        verdict = decide(
+            gemm,
+            index,
+            ep,
+            arg_positions=positions,
+            options=options,
+            stage=Stage.ATEN,
+            facts=facts,
+        )
+        computations[index] = verdict.computation if verdict is not None else None
+    return computations
+
+
+def _constant_or_foldable(
+    ep: ExportedProgram,
+    gemm: Node,
+    computations: dict[int, Optional[WeightComputation]],
+    written_buffers: frozenset[str],
+    index: int,
+) -> bool:
+    """Whether ``gemm``'s argument ``index`` is absent, a constant, or a computation that
+    folds (``computations``)."""
+    arg = gemm.args[index] if index < len(gemm.args) else None
+    if arg is None:
+        return True
+    if isinstance(arg, Node) and arg.op == "placeholder":
+        return is_constant_source(ep, arg, written_buffers)
+    return computations[index] is not None
+
+
+def _keeps_sources(
+    ep: ExportedProgram,
+    gemm: Node,
+    positions: tuple[int, ...],
+    declined: list[int],
+    run_time: set[Node],
+) -> bool:
+    """Whether ``gemm``, which does not fold its ``declined`` arguments (none: an argument
+    problem declines it whole), leaves constant computations reading their sources.
+
+    The edge configs apply the same argument and computation rules: this GEMM will not
+    fold its declined arguments, so their constant computations keep their sources. (Not
+    its other arguments: a quantized GEMM's weight is declined here, a dequantize, and
+    the edge configs still fold its bias.) An argument computed at run time where a
+    constant is needed (an addmm's residual bias) leaves the whole GEMM on portable: every
+    constant computation it reads keeps its sources. ``run_time``: the nodes computed at
+    run time (`input_dependent`)."""
+    whole = not declined or any(
+        isinstance(arg, Node) and arg in run_time
+        for arg in (gemm.args[i] for i in declined if i < len(gemm.args))
+    )
+    return any(constant_computation(ep, gemm, i) for i in (positions if whole else declined))
+
+
+def _kept_ops(computations: dict[int, Optional[WeightComputation]]) -> dict[str, OpOverload]:
+    """{node name: op} of the folded computations' nodes the decompositions would
+    change: what executorch must keep for the fold to evaluate eager's kernels."""
+    kept: dict[str, OpOverload] = {}
+    for computation in computations.values():
+        for member in computation.nodes if computation is not None else ():
+            op = op_overload(member.target)
+            if op is not None and keepable(op):
+                kept[member.name] = op
+    return kept
 
 
 def never_folds(node: Node, *, force_non_static_weights: bool) -> bool:

@@ -27,8 +27,8 @@ from xnnfold.passes.analysis import (
     RoundDecisions,
     value_bytes,
 )
-from xnnfold.passes.partition._configs import FoldingGEMMMixin
 from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
+from xnnfold.passes.partition._folding_config import FoldingGEMMMixin
 from xnnfold.passes.partition._grouping import DisjointSets
 
 __all__ = ["Matching", "match_once", "matched_to_fixed_point"]

@@ -31,6 +31,7 @@ from xnnfold.passes.analysis._growth import noted_growth
 from xnnfold.passes.analysis._nodes import (
     arg_role,
     constant_fqns,
+    constant_tensor,
     external_tag,
     gemm_positions,
     is_float32,
@@ -85,6 +86,7 @@ __all__ = [
     "computation_key",
     "constant_computation",
     "constant_fqns",
+    "constant_tensor",
     "decide",
     "deconvolution_problem",
     "external_tag",

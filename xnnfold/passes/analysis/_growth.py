@@ -37,6 +37,7 @@ from xnnfold._upstream import aten_op_of, EdgeOpOverload, OpOverload, schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._options import GrowthBudget, NO_GROWTH
 from xnnfold.passes.analysis._arguments import addmm_scales
+from xnnfold.passes.analysis._nodes import constant_tensor
 from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
 
 __all__ = [
@@ -81,8 +82,8 @@ def program_bytes(ep: ExportedProgram) -> int:
     signature = ep.graph_signature
     total = 0
     for fqn in (*signature.parameters, *signature.buffers):
-        tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
-        if isinstance(tensor, torch.Tensor):
+        tensor = constant_tensor(ep, fqn)
+        if tensor is not None:
             total += tensor.numel() * tensor.element_size()
     return total
 

@@ -27,6 +27,7 @@ from xnnfold.passes._ops import ASSERTION_OPS, EDGE_NO_DECOMP_NAMESPACE, GEMM_AR
 __all__ = [
     "arg_role",
     "constant_fqns",
+    "constant_tensor",
     "external_tag",
     "gemm_positions",
     "is_float32",
@@ -76,6 +77,14 @@ def constant_fqns(ep: ExportedProgram) -> dict[str, str]:
         **signature.inputs_to_buffers,
         **signature.inputs_to_lifted_tensor_constants,
     }
+
+
+def constant_tensor(ep: ExportedProgram, fqn: str) -> Optional[torch.Tensor]:
+    """The tensor ``ep`` holds under the state_dict / constants key ``fqn`` (parameters and
+    persistent buffers in its state_dict, lifted constants and non-persistent buffers in
+    its constants; the signature gives each key one kind), or None."""
+    value = ep.state_dict.get(fqn, ep.constants.get(fqn))
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def external_tag(node: Node) -> Optional[str]:

@@ -31,6 +31,7 @@ from xnnfold._upstream import schema_of
 from xnnfold.passes._codes import ReasonCode, TIED_OTHER_USE
 from xnnfold.passes.analysis._nodes import (
     constant_fqns,
+    constant_tensor,
     external_tag,
     is_gemm,
     op_overload,
@@ -164,7 +165,7 @@ def _read_otherwise(ep: ExportedProgram) -> dict[str, Node]:
 
 
 def _tensor(ep: ExportedProgram, fqn: str) -> Optional[torch.Tensor]:
-    value = ep.state_dict.get(fqn, ep.constants.get(fqn))
+    value = constant_tensor(ep, fqn)
     return value if isinstance(value, torch.Tensor) else None
 
 

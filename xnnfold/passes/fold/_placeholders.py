@@ -19,7 +19,7 @@ from torch.fx import Node
 
 from xnnfold._meta import PROVENANCE_META_KEYS
 from xnnfold._upstream import set_graph_signature
-from xnnfold.passes.analysis import constant_fqns
+from xnnfold.passes.analysis import constant_fqns, constant_tensor
 
 __all__ = ["ConstantPlaceholders"]
 
@@ -42,12 +42,8 @@ class ConstantPlaceholders:
     def tensor(self, node: Node) -> torch.Tensor:
         """The data of the constant placeholder ``node``."""
         fqn = self._fqns.get(node.name)
-        tensor = None
-        if fqn is not None:
-            tensor = self.ep.state_dict.get(fqn)
-            if tensor is None:
-                tensor = self.ep.constants.get(fqn)
-        if not isinstance(tensor, torch.Tensor):
+        tensor = constant_tensor(self.ep, fqn) if fqn is not None else None
+        if tensor is None:
             raise RuntimeError(
                 f"xnnfold: no data for constant '{node.name}' in the delegate's program"
             )

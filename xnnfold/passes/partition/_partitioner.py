@@ -48,6 +48,7 @@ from xnnfold.passes._ops import (
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import (
     analysis_scope,
+    constant_tensor,
     find_tied_tables,
     FIRST_ROUND,
     new_analysis_cache,
@@ -429,7 +430,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         signature = ep.graph_signature
         tensors: dict[str, torch.Tensor] = {}
         for fqn in [*signature.parameters, *signature.buffers]:
-            tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
+            tensor = constant_tensor(ep, fqn)
             if isinstance(tensor, torch.Tensor):
                 tensors[fqn] = tensor
                 self._constant_tensors[fqn] = weakref.ref(tensor)

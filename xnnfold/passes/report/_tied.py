@@ -17,7 +17,7 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
 from xnnfold._meta import EXTERNAL_CONSTANT_TAG
-from xnnfold.passes.analysis import constant_fqns, external_tag
+from xnnfold.passes.analysis import constant_fqns, constant_tensor, external_tag
 from xnnfold.passes.report._programs import methods, Program
 
 __all__ = ["SharedTable", "shared_tables"]
@@ -79,7 +79,7 @@ def shared_tables(
             fqn = fqns.get(node.name) if node.op == "placeholder" else None
             if fqn is None or external_tag(node) != file:
                 continue
-            tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
+            tensor = constant_tensor(ep, fqn)
             if isinstance(tensor, torch.Tensor) and _sha256(tensor) in keys:
                 found.append(SharedTable(method, fqn, tensor.numel() * tensor.element_size(), file))
     return tuple(found)

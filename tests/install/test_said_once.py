@@ -4,6 +4,8 @@ What was written several times, and now has one home:
 
 - the lookup of a constant's tensor by its state_dict / constants key (`constant_tensor`,
   `passes/analysis/_nodes.py`);
+- the GEMMs XNNPACK serializes as a fully-connected op, and where each GEMM takes its
+  weight and bias (`passes/_ops.py`).
 """
 
 from __future__ import annotations
@@ -43,3 +45,75 @@ def test_a_constants_tensor_is_looked_up_in_one_place() -> None:
         if _reads_of(tree, "state_dict") or _reads_of(tree, "constants")
     }
     assert readers == {"passes/analysis/_nodes.py"}
+
+
+# The GEMMs by ATen op name; a table written anywhere else names them as strings
+# ("linear") or as ops (``aten.linear.default``, ``edge.linear.default``).
+_GEMM_NAMES: Final = frozenset({"convolution", "linear", "addmm", "mm", "matmul", "bmm"})
+_FULLY_CONNECTED: Final = frozenset({"linear", "addmm", "mm"})
+_OPS_TABLES: Final = "passes/_ops.py"
+
+
+def _gemm_named(node: ast.AST) -> str | None:
+    """The GEMM ``node`` names: a string, or the packet of an op (``aten.mm.default``)."""
+    if isinstance(node, ast.Constant) and node.value in _GEMM_NAMES:
+        return str(node.value)
+    if isinstance(node, ast.Attribute):
+        packet = node.value if node.attr == "default" else node
+        if isinstance(packet, ast.Attribute) and packet.attr in _GEMM_NAMES:
+            return packet.attr
+    return None
+
+
+def _positions(node: ast.AST) -> bool:
+    """Whether ``node`` is an argument position or a tuple of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int) and not isinstance(node.value, bool)
+    return isinstance(node, ast.Tuple) and all(_positions(e) for e in node.elts)
+
+
+def _tables(tree: ast.AST) -> tuple[list[set[str]], list[set[str]]]:
+    """The op sets (set literals) and the position tables (dicts of positions) of
+    ``tree``, each as the GEMMs it names."""
+    sets: list[set[str]] = []
+    positions: list[set[str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Set):
+            sets.append({n for e in node.elts if (n := _gemm_named(e))})
+        elif isinstance(node, ast.Dict):
+            named = {n for k in node.keys if k is not None and (n := _gemm_named(k))}
+            if len(named) > 1 and all(_positions(v) for v in node.values):
+                positions.append(named)
+    return sets, positions
+
+
+def test_the_fully_connected_gemms_are_named_in_one_place() -> None:
+    holders = {
+        path
+        for path, tree in _trees().items()
+        if any(found >= _FULLY_CONNECTED for found in _tables(tree)[0])
+    }
+    assert holders == {_OPS_TABLES}
+
+
+def test_no_config_class_restates_that_its_gemm_is_fully_connected() -> None:
+    restated = [
+        path
+        for path, tree in _trees().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for item in node.body
+        if isinstance(item, (ast.Assign, ast.AnnAssign))
+        and "fully_connected"
+        in [
+            t.id
+            for t in (item.targets if isinstance(item, ast.Assign) else [item.target])
+            if isinstance(t, ast.Name)
+        ]
+    ]
+    assert restated == []
+
+
+def test_the_gemm_argument_positions_are_written_in_one_place() -> None:
+    holders = {path for path, tree in _trees().items() if _tables(tree)[1]}
+    assert holders == {_OPS_TABLES}

@@ -26,7 +26,12 @@ from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 from xnnfold._meta import VAL_META_KEY
 from xnnfold._upstream import OpOverload, schema_of
 from xnnfold.passes._codes import Problem
-from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BLOCKLIST
+from xnnfold.passes._ops import (
+    ATEN_GEMM_ARGS,
+    CONVOLUTION_TARGETS,
+    FULLY_CONNECTED_GEMMS,
+    PRESERVE_BLOCKLIST,
+)
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     addmm_problem,
@@ -71,16 +76,6 @@ def keepable(op: OpOverload) -> bool:
     )
 
 
-_FULLY_CONNECTED = frozenset(
-    {
-        torch.ops.aten.linear.default,
-        torch.ops.aten.addmm.default,
-        torch.ops.aten.mm.default,
-        torch.ops.aten.matmul.default,
-    }
-)
-
-
 # The folding config that takes each ATen GEMM whose weight ops are kept, by its
 # ``target_name`` (executorch's key for a config): the partitioner's configs may leave one
 # out (``configs=[ConvolutionConfig]``), and a kept op nothing delegates has no kernel.
@@ -118,7 +113,7 @@ def aten_gemm_delegable(
     weights at run time and never fold them. ``configs``: the ``target_name`` of each
     folding config the partitioner has.
     """
-    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+    if force_non_static_weights and node.target in FULLY_CONNECTED_GEMMS:
         return False
     if _CONFIG_OF.get(node.target) not in configs:
         return False
@@ -360,7 +355,7 @@ def never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
     non-contiguous batched activation (decomposed to expand + bmm, whose operands are
     not folded; a linear there still folds), and GEMMs XNNPACK declines for their
     shapes (`shapes_rejected`)."""
-    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+    if force_non_static_weights and node.target in FULLY_CONNECTED_GEMMS:
         return True
     if shapes_rejected(node):
         return True

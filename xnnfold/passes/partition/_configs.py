@@ -81,8 +81,6 @@ class FoldingConvolutionConfig(FoldingGEMMMixin, ConvolutionConfig):
 class FoldingLinearConfig(FoldingGEMMMixin, LinearConfig):
     """`LinearConfig` that folds computed weights and biases."""
 
-    fully_connected = True
-
 
 class _SkipSourcePartitionMixin(FoldingGEMMMixin):
     def _permuted_weight_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
@@ -161,8 +159,6 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
     foldable computations of constants; anything else stays on portable, with a reason.
     """
 
-    fully_connected = True
-
     def scales(self, node: Node) -> dict[int, float]:
         return addmm_scales(node)
 
@@ -183,8 +179,6 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
 
 class FoldingMMConfig(_SkipSourcePartitionMixin, MMConfig):
     """`MMConfig` that folds a computed right-hand matrix (`x @ W.t()`)."""
-
-    fully_connected = True
 
     def _argument_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         return self._permuted_weight_problem(node, ep)

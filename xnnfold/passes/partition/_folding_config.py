@@ -30,6 +30,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold.passes._codes import Problem, WRITTEN_BUFFER
+from xnnfold.passes._ops import FULLY_CONNECTED_WEIGHT
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     decide,
@@ -88,9 +89,6 @@ class FoldingGEMMMixin:
     decisions: RoundDecisions = FIRST_ROUND
     # Names of the nodes kept undecomposed for a fold (`decide`'s ``kept``).
     kept: frozenset[str] = frozenset()
-    # XNNPACK serializes this GEMM as a fully-connected op, which takes its weight and
-    # bias at run time under force_non_static_weights_for_f32_linear.
-    fully_connected: bool = False
 
     def __init__(
         self,
@@ -149,6 +147,12 @@ class FoldingGEMMMixin:
     # Provided by XNNPartitionerConfig (set in its __init__; annotation only).
     force_non_static_weights_for_f32_linear: bool
     target_name: str
+
+    @property
+    def fully_connected(self) -> bool:
+        """XNNPACK serializes this config's GEMM as a fully-connected op, which takes its
+        weight and bias at run time under force_non_static_weights_for_f32_linear."""
+        return self.target_name.partition(".")[0] in FULLY_CONNECTED_WEIGHT
 
     def match(self, node: Node, ep: ExportedProgram) -> ConfigMatch:
         """executorch's two questions about ``node`` (``check_constraints``, then

@@ -5,7 +5,9 @@ What was written several times, and now has one home:
 - the lookup of a constant's tensor by its state_dict / constants key (`constant_tensor`,
   `passes/analysis/_nodes.py`);
 - the GEMMs XNNPACK serializes as a fully-connected op, and where each GEMM takes its
-  weight and bias (`passes/_ops.py`).
+  weight and bias (`passes/_ops.py`);
+- the name of the logger the partitioner warns on (`PARTITIONER_LOGGER`,
+  `passes/partition/_outcome.py`).
 """
 
 from __future__ import annotations
@@ -117,3 +119,14 @@ def test_no_config_class_restates_that_its_gemm_is_fully_connected() -> None:
 def test_the_gemm_argument_positions_are_written_in_one_place() -> None:
     holders = {path for path, tree in _trees().items() if _tables(tree)[1]}
     assert holders == {_OPS_TABLES}
+
+
+def test_the_partitioners_logger_is_named_once() -> None:
+    name = "xnnfold.passes.partition._partitioner"
+    written = [
+        path
+        for path, tree in _trees().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value == name
+    ]
+    assert written == ["passes/partition/_outcome.py"]

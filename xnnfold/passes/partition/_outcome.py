@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Optional
+from typing import Final, Optional
 
 from torch.export import ExportedProgram
 from torch.fx import Node
@@ -32,10 +32,11 @@ from xnnfold.passes.analysis import is_gemm, op_overload, Rejection
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.report._reasons import module_path, reads_parameters
 
-__all__ = ["check_preserved_were_delegated", "record_reasons", "write_marks"]
+__all__ = ["PARTITIONER_LOGGER", "check_preserved_were_delegated", "record_reasons", "write_marks"]
 
-# The partitioner's warnings keep the logger name users configure and filter by.
-PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
+# The logger of every warning the partitioner gives, wherever it is written: the name
+# users configure and filter by, which stays when the modules behind it move.
+PARTITIONER_LOGGER: Final = "xnnfold.passes.partition._partitioner"
 logger = logging.getLogger(PARTITIONER_LOGGER)
 
 

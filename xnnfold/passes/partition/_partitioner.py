@@ -83,6 +83,7 @@ from xnnfold.passes.partition._grouping import (
 from xnnfold.passes.partition._matching import matched_to_fixed_point, Matching
 from xnnfold.passes.partition._outcome import (
     check_preserved_were_delegated,
+    PARTITIONER_LOGGER,
     record_reasons,
     write_marks,
 )
@@ -99,7 +100,7 @@ __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
 # decomposition (after lowering it asks again, about "EDGE" programs).
 _ATEN_DIALECT = "ATEN"
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(PARTITIONER_LOGGER)
 
 # The config keywords of the stock partitioner that this one reads too.
 FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"

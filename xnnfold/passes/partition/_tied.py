@@ -28,11 +28,12 @@ from xnnfold._meta import (
     REASON_META_KEY,
 )
 from xnnfold.passes.analysis import tied_across_methods, TiedTables
+from xnnfold.passes.partition._outcome import PARTITIONER_LOGGER
 
 __all__ = ["tag_external", "tag_tied_tables", "tie_tables"]
 
 # The partitioner's warnings keep the logger name users configure and filter by.
-logger = logging.getLogger("xnnfold.passes.partition._partitioner")
+logger = logging.getLogger(PARTITIONER_LOGGER)
 
 
 def tag_external(ep: ExportedProgram, placeholders: frozenset[str]) -> None:

@@ -2,6 +2,7 @@
 
 What was written several times, and now has one home:
 
+- the registry of stable codes, both families (`xnnfold/_codes.py`);
 - the lookup of a constant's tensor by its state_dict / constants key (`constant_tensor`,
   `passes/analysis/_nodes.py`);
 - the GEMMs XNNPACK serializes as a fully-connected op, and where each GEMM takes its
@@ -130,3 +131,51 @@ def test_the_partitioners_logger_is_named_once() -> None:
         if isinstance(node, ast.Constant) and node.value == name
     ]
     assert written == ["passes/partition/_outcome.py"]
+
+
+def _code_classes(tree: ast.AST) -> list[str]:
+    """Classes of ``tree`` whose fields are a code's: ``code``, ``name``, ``summary``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            fields = {
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            }
+            if {"code", "name", "summary"} <= fields:
+                found.append(node.name)
+    return found
+
+
+def _code_tables(tree: ast.Module) -> list[str]:
+    """Module-level names of ``tree`` bound to an empty dict (a table that registering
+    fills) and named like a code table."""
+    found = []
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if (
+            isinstance(target, ast.Name)
+            and "CODES" in target.id
+            and (
+                (isinstance(value, ast.Dict) and not value.keys)
+                or (
+                    isinstance(value, ast.Call)
+                    and getattr(value.func, "id", None) == "dict"
+                    and not (value.args or value.keywords)
+                )
+            )
+        ):
+            found.append(target.id)
+    return found
+
+
+def test_the_codes_have_one_registry() -> None:
+    trees = _trees()
+    classes = {path: found for path, tree in trees.items() if (found := _code_classes(tree))}
+    tables = {path: found for path, tree in trees.items() if (found := _code_tables(tree))}
+    assert classes == {"_codes.py": ["ReasonCode"]}
+    assert tables == {"_codes.py": ["_CODES"]}

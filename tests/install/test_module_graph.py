@@ -12,7 +12,9 @@
   an argument (`decide`'s ``kept``, ``facts``, ``decisions``);
 - only the shared analysis calls the predicate (`find_weight_computation`): the stages
   ask the decision ladder (`decide`);
-- the edge matching does not stand on the ATen planner.
+- the edge matching does not stand on the ATen planner;
+- a module holds one concern and a function one decision: none over 400 and 80 lines,
+  but those listed.
 """
 
 from __future__ import annotations
@@ -315,3 +317,39 @@ def test_only_the_analysis_calls_the_predicate() -> None:
     }
     assert callers, "the predicate is called nowhere: the rule reads nothing"
     assert all(path.startswith("passes/analysis/") for path in callers), callers
+
+
+# Past these, a module or a function most likely holds two concerns (docs: CONTRIBUTING).
+MAX_MODULE_LINES: Final = 400
+MAX_FUNCTION_LINES: Final = 80
+LONGER_MODULES: Final = {
+    # executorch's partitioner face beside the ATen-stage questions and the FQN
+    # bookkeeping; split along those seams next.
+    "passes/partition/_partitioner.py",
+}
+LONGER_FUNCTIONS: Final = {
+    # One call of transformers' exporter with its arguments checked and its table swapped.
+    "integrations/_transformers.py:export",
+    # The user-facing assertion, its message built in place.
+    "testing.py:assert_fully_delegated",
+}
+
+
+def test_no_module_is_longer_than_one_concern_takes() -> None:
+    longer = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if len(path.read_text().splitlines()) > MAX_MODULE_LINES
+    }
+    assert longer == LONGER_MODULES
+
+
+def test_no_function_is_longer_than_one_decision_takes() -> None:
+    longer = set()
+    for path, tree in _trees().items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                if (node.end_lineno or start) - start + 1 > MAX_FUNCTION_LINES:
+                    longer.add(f"{path}:{node.name}")
+    assert longer == LONGER_FUNCTIONS

@@ -12,9 +12,12 @@ computation with the GEMM and folds it into a constant inside the delegate at pr
 
 from typing import TYPE_CHECKING
 
-from xnnfold._lazy import lazy_attributes
+from xnnfold._lazy import lazy_exports
 from xnnfold._version import __version__ as __version__
 
+# Each public name, from the module that defines it, imported on first access (PEP 562;
+# `lazy_exports` reads this block): these modules import torch and executorch (seconds),
+# which `xnnfold --help` and `xnnfold codemod` never need.
 if TYPE_CHECKING:
     from xnnfold.lowering._lower import lower, to_executorch
     from xnnfold.lowering._runtime import LoadedProgram, run_pte
@@ -46,43 +49,8 @@ if TYPE_CHECKING:
         unprepare_for_xnnpack,
     )
 
-# Public name -> defining module. Resolved on first access (PEP 562): these modules import
-# torch and executorch (seconds), which `xnnfold --help` and `xnnfold codemod` never need.
-_LAZY: dict[str, str] = {
-    "ExplainReport": "xnnfold.passes.report._explain",
-    "GemmRow": "xnnfold.passes.report._explain",
-    "SharedTable": "xnnfold.passes.report._explain",
-    "TableStoredTwice": "xnnfold.passes.report._explain",
-    "explain": "xnnfold.passes.report._explain",
-    "ProgramSummary": "xnnfold.passes.report._summary",
-    "summarize": "xnnfold.passes.report._summary",
-    "lower": "xnnfold.lowering._lower",
-    "to_executorch": "xnnfold.lowering._lower",
-    "LoadedProgram": "xnnfold.lowering._runtime",
-    "run_pte": "xnnfold.lowering._runtime",
-    "data_files": "xnnfold.lowering._save",
-    "data_paths": "xnnfold.lowering._save",
-    "save": "xnnfold.lowering._save",
-    "tie_tables": "xnnfold.passes",
-    "remove_unused_constants": "xnnfold.passes.fold._unused",
-    "DEFAULT_GROWTH_BUDGET": "xnnfold.passes._options",
-    "GrowthBudget": "xnnfold.passes._options",
-    "NO_GROWTH": "xnnfold.passes._options",
-    "CrossMethodFacts": "xnnfold.passes",
-    "FoldComputedWeightsPass": "xnnfold.passes",
-    "install_preprocess_hook": "xnnfold.passes",
-    "is_preprocess_hook_installed": "xnnfold.passes",
-    "uninstall_preprocess_hook": "xnnfold.passes",
-    "XnnpackFoldingPartitioner": "xnnfold.passes",
-    "find_sites": "xnnfold.rewriter",
-    "FoldSite": "xnnfold.rewriter",
-    "is_prepared": "xnnfold.rewriter",
-    "prepare_for_xnnpack": "xnnfold.rewriter",
-    "unprepare_for_xnnpack": "xnnfold.rewriter",
-}
 
-
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+__getattr__, __dir__ = lazy_exports(__name__, __file__, globals())
 
 
 __all__ = [

@@ -1,16 +1,28 @@
 """PEP 562 lazy attributes, so that the codemod (libcst only) never imports torch.
 
-`xnnfold` and `xnnfold.rewriter` export names whose modules import torch and executorch
-(seconds of start-up); each is imported on first access instead.
+`xnnfold`, `xnnfold.rewriter` and `xnnfold.rewriter.codemod` export names whose modules
+import torch, executorch or libcst (seconds of start-up); each is imported on first access
+instead. A lazy package names each public name once, in its ``if TYPE_CHECKING:`` block,
+importing it from the module that defines it: type checkers read that block, and
+`lazy_exports` reads the same block as the table of where each name lives.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, Callable, Final, MutableMapping
 
-__all__ = ["LOWERING_EXTRA_HINT", "lazy_attributes", "missing_lowering_package"]
+__all__ = [
+    "LOWERING_EXTRA_HINT",
+    "imports_under_type_checking",
+    "lazy_attributes",
+    "lazy_exports",
+    "missing_lowering_package",
+]
 
 # What the codemod-only install (``pip install xnnfold``) leaves out.
 LOWERING_STACK: Final[frozenset[str]] = frozenset({"torch", "executorch", "torchao"})
@@ -35,8 +47,52 @@ def missing_lowering_package(error: ModuleNotFoundError) -> str | None:
     return None if installed else top
 
 
+def lazy_exports(
+    package: str, init_file: str, namespace: MutableMapping[str, Any]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` for ``package``, whose ``__init__.py`` is
+    ``init_file``: each name its ``if TYPE_CHECKING:`` block imports is imported from
+    that module on first access. The block is read from the source when a lazy name is
+    first asked for, so importing the package costs no parse."""
+    return lazy_attributes(package, _TypeCheckingImports(Path(init_file)), namespace)
+
+
+def imports_under_type_checking(source: str) -> dict[str, str]:
+    """Name -> module of each ``from module import name`` under a top-level
+    ``if TYPE_CHECKING:`` of ``source``."""
+    import ast  # only when a lazy name is first asked for
+
+    table: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for item in node.body:
+                if isinstance(item, ast.ImportFrom) and item.module and not item.level:
+                    table.update((alias.asname or alias.name, item.module) for alias in item.names)
+    return table
+
+
+class _TypeCheckingImports(Mapping[str, str]):
+    """`imports_under_type_checking` of a file, read on first use."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    @functools.cached_property
+    def _table(self) -> dict[str, str]:
+        return imports_under_type_checking(self._path.read_text(encoding="utf-8"))
+
+    def __getitem__(self, name: str) -> str:
+        return self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+
 def lazy_attributes(
-    package: str, table: dict[str, str], namespace: MutableMapping[str, Any]
+    package: str, table: Mapping[str, str], namespace: MutableMapping[str, Any]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``: ``table`` maps each public name to
     the module defining it; resolved values are cached in the package's ``namespace``."""

@@ -61,7 +61,10 @@ PARTITION_MARK_KEYS: Final = (
     FOLD_OPTIONS_META_KEY,
     GROWTH_META_KEY,
 )
-# On an ATen node the partitioner asked executorch not to decompose.
+# Inside node.meta["custom"] of an ATen node the partitioner asked executorch not to
+# decompose for a fold. The decompositions rename the nodes they keep and carry only
+# "custom" over, so this is how partitioning finds them in the edge program; the
+# partitioner reads it once per call (`kept_for_folds`) and hands the names on as data.
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
 # On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
 REASON_META_KEY: Final = "xnnfold_reason"

@@ -1,4 +1,4 @@
-"""``xnnfold`` and ``xnnfold.rewriter`` import their public names lazily (PEP 562).
+"""``xnnfold``, ``xnnfold.rewriter`` and its codemod import their public names lazily (PEP 562).
 
 The problem: both packages imported torch and executorch eagerly, so every ``xnnfold
 codemod`` run (libcst only) and ``xnnfold --help`` paid seconds of imports. The fix resolves
@@ -17,6 +17,7 @@ import pytest
 
 import xnnfold
 import xnnfold.rewriter
+from xnnfold._lazy import imports_under_type_checking
 
 _HEAVY = ("torch", "executorch")
 _LEGACY_MODEL = b"""import torch
@@ -164,29 +165,41 @@ def test_a_missing_module_of_the_users_own_is_not_reworded() -> None:
         getattr_("thing")
 
 
-@pytest.mark.parametrize(
-    "path",
-    ["xnnfold/__init__.py", "xnnfold/rewriter/__init__.py", "xnnfold/rewriter/codemod/__init__.py"],
-)
-def test_lazy_table_type_checking_imports_and_all_agree(path: str) -> None:
-    """Each lazy package names its public API three times (for type checkers, for the
-    loader, for `import *`); the three lists must be the same names from the same modules."""
-    import ast
+LAZY_PACKAGES = ["xnnfold", "xnnfold.rewriter", "xnnfold.rewriter.codemod"]
 
-    tree = ast.parse((Path(__file__).resolve().parents[2] / path).read_text())
-    typed: dict[str, str] = {}
-    lazy: dict[str, str] = {}
-    exported: list[str] = []
-    for node in tree.body:
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            for item in node.body:
-                if isinstance(item, ast.ImportFrom) and item.module:
-                    typed.update((a.asname or a.name, item.module) for a in item.names)
-        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        names = [t.id for t in targets if isinstance(t, ast.Name)]
-        if "_LAZY" in names:
-            lazy = ast.literal_eval(node.value)  # type: ignore[arg-type]
-        if "__all__" in names:
-            exported = ast.literal_eval(node.value)  # type: ignore[arg-type]
-    assert typed == lazy
-    assert sorted(exported) == sorted(lazy)
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_the_type_checking_imports_are_the_public_names(package: str) -> None:
+    """Each lazy package names its public API in its TYPE_CHECKING block (for type
+    checkers, and the table `lazy_exports` loads from) and in ``__all__``: the same names."""
+    module = importlib.import_module(package)
+    assert module.__file__ is not None
+    typed = imports_under_type_checking(Path(module.__file__).read_text())
+    assert sorted(typed) == sorted(module.__all__)
+    assert all(
+        getattr(module, name) is getattr(importlib.import_module(typed[name]), name)
+        for name in typed
+    )
+
+
+def test_the_table_is_what_the_type_checking_block_imports() -> None:
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import os\n"
+        "if TYPE_CHECKING:\n"
+        "    from a.b import c, d as e\n"
+        "    from . import relative\n"
+        "    import f\n"
+        "from g import h\n"
+    )
+    assert imports_under_type_checking(source) == {"c": "a.b", "e": "a.b"}
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_no_lazy_package_writes_a_table_of_its_own(package: str) -> None:
+    """The TYPE_CHECKING block is the one table: no second one beside it."""
+    module = importlib.import_module(package)
+    assert module.__file__ is not None
+    source = Path(module.__file__).read_text()
+    assert "_LAZY" not in source
+    assert "lazy_exports(__name__, __file__, globals())" in source

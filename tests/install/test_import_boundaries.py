@@ -15,6 +15,8 @@ import pytest
 BOUNDARIES: dict[str, tuple[str, ...]] = {
     "xnnfold._meta": ("torch", "executorch", "libcst"),
     "xnnfold._exit_codes": ("torch", "executorch", "libcst"),
+    "xnnfold._codes": ("torch", "executorch", "libcst"),
+    "xnnfold.rewriter.codemod._codes": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter._marking": ("executorch", "libcst"),
     "xnnfold.rewriter.codemod._api": ("torch", "executorch", "libcst"),
     "xnnfold.rewriter.codemod._names": ("torch", "executorch", "libcst"),

@@ -17,7 +17,7 @@ from torch import nn
 
 import xnnfold
 from xnnfold.passes.analysis import RoundDecisions
-from xnnfold.passes.partition._configs import FoldingGEMMMixin, STOCK_SCRATCH_ATTRIBUTES
+from xnnfold.passes.partition._folding_config import FoldingGEMMMixin, STOCK_SCRATCH_ATTRIBUTES
 
 from tests.support.packed_sources import PackedWithDeclinedReader
 

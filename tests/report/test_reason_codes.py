@@ -33,6 +33,26 @@ def test_no_code_is_also_a_codemod_code() -> None:
     assert codemod and not codemod & set(CODES)
 
 
+def test_both_families_are_the_one_registry() -> None:
+    """The reason codes and the codemod's codes are the registry's own objects, and
+    together every code it holds."""
+    from xnnfold import _codes as registry
+    from xnnfold.rewriter.codemod._codes import CODES as CODEMOD_CODES
+
+    families = {**CODES, **CODEMOD_CODES}
+    assert families.keys() == registry.CODES.keys()
+    assert all(registry.CODES[code] is c for code, c in families.items())
+
+
+def test_the_registry_refuses_a_code_or_a_name_used_before() -> None:
+    from xnnfold._codes import register
+
+    with pytest.raises(ValueError, match="XNF501"):
+        register("XNF501", "renumbered", "a code registered twice")
+    with pytest.raises(ValueError, match="run-time"):
+        register("XNF599", "run-time", "a name registered twice")
+
+
 def test_a_problem_keeps_its_code_through_copy_and_pickle() -> None:
     import copy
     import pickle

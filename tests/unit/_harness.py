@@ -47,7 +47,7 @@ from xnnfold.passes.analysis import (
     WeightComputation,
     written_elsewhere,
 )
-from xnnfold.passes.partition._configs import FoldingGEMMMixin
+from xnnfold.passes.partition._folding_config import FoldingGEMMMixin
 
 __all__ = [
     "ACCEPTED",

@@ -138,6 +138,7 @@ def _decide(
     facts: ProgramFacts = NO_FACTS,
     decisions: RoundDecisions = FIRST_ROUND,
     options: FoldOptions = _OPTIONS,
+    kept: frozenset[str] = frozenset(),
 ) -> Optional[Verdict]:
     ep, gemm = program
     return decide(
@@ -149,6 +150,7 @@ def _decide(
         stage=stage,
         facts=facts,
         decisions=decisions,
+        kept=kept,
     )
 
 
@@ -253,17 +255,12 @@ def test_a_gemm_named_non_folding_is_not_a_reader_of_its_own_sources() -> None:
 # Where the graphs differ (`Stage`).
 
 
-def _with_kept_ops(program: tuple[ExportedProgram, Node]) -> tuple[ExportedProgram, Node]:
-    """The program as the edge configs see it once the weight's `mul` was kept
-    undecomposed (as `ops_to_not_decompose` marks it)."""
-    ep, gemm = program
+def _weight_name(program: tuple[ExportedProgram, Node]) -> str:
+    """The name of the node computing the GEMM's weight (the `mul`)."""
+    _, gemm = program
     weight = gemm.args[1]
     assert isinstance(weight, Node)
-    weight.meta[CUSTOM_META_KEY] = {
-        **weight.meta.get(CUSTOM_META_KEY, {}),
-        PRESERVED_META_KEY: True,
-    }
-    return ep, gemm
+    return weight.name
 
 
 @pytest.mark.parametrize(
@@ -279,10 +276,28 @@ def test_a_kept_op_makes_the_edge_graph_fold_what_only_size_declines(
     """On the edge program a kept op has no portable kernel, so a computation holding one
     is folded though another method stores its source; on the ATen program nothing is
     kept yet, so the size rule stands."""
+    program = _linear(_ScaledLinear())
     facts = ProgramFacts(stored_elsewhere=frozenset({"w"}))
-    verdict = _verdict(_with_kept_ops(_linear(_ScaledLinear())), stage=stage, facts=facts)
+    verdict = _verdict(program, stage=stage, facts=facts, kept=frozenset({_weight_name(program)}))
     assert verdict.decision is decision
     assert verdict.stored_twice is stored_twice
+
+
+def test_the_kept_ops_reach_the_ladder_only_as_its_argument() -> None:
+    """A node carrying the decomposition filter's mark in its metadata, but not named in
+    ``kept``, is not a kept op to the ladder: it reads what it is given, not node.meta."""
+    program = _linear(_ScaledLinear())
+    _, gemm = program
+    weight = gemm.args[1]
+    assert isinstance(weight, Node)
+    weight.meta[CUSTOM_META_KEY] = {
+        **weight.meta.get(CUSTOM_META_KEY, {}),
+        PRESERVED_META_KEY: True,
+    }
+    facts = ProgramFacts(stored_elsewhere=frozenset({"w"}))
+    verdict = _verdict(program, stage=Stage.EDGE, facts=facts)
+    assert verdict.decision is Decision.RUN_TIME
+    assert not verdict.stored_twice
 
 
 @pytest.mark.parametrize(

@@ -1,42 +1,24 @@
 """Stable codes for every reason a GEMM is not folded or not delegated (XNF5xx).
 
-The codemod's findings carry codes (XNF1xx to XNF4xx); so does every reason the folding
-partitioner gives, so that a user can grep a log for one, filter `explain` rows by one, or
-look one up in docs/reasons.md. The code names the rule that decided; the reason text
-beside it says what was seen. Codes are never reused or renumbered.
+Every reason the folding partitioner gives carries one, as the codemod's findings carry
+theirs (XNF1xx to XNF4xx), so that a user can grep a log for one, filter `explain` rows by
+one, or look one up in docs/reasons.md. The code names the rule that decided; the reason
+text beside it says what was seen. Both families are registered in one registry
+(`xnnfold._codes`), which refuses a code or a name used before.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+from xnnfold._codes import family, ReasonCode
+from xnnfold._codes import register as _code
 
 __all__ = [
     "CODES",
     "Problem",
     "ReasonCode",
 ]
-
-
-@dataclass(frozen=True)
-class ReasonCode:
-    code: str
-    name: str
-    summary: str
-
-    # One object per code: copies and pickles (node meta is deep-copied) are that object.
-    def __copy__(self) -> ReasonCode:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, object]) -> ReasonCode:
-        return self
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_registered, (self.code,))
-
-
-def _registered(code: str) -> ReasonCode:
-    return CODES[code]
 
 
 class Problem(str):
@@ -52,14 +34,6 @@ class Problem(str):
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.code, str(self)))
 
-
-def _code(code: str, name: str, summary: str) -> ReasonCode:
-    found = ReasonCode(code, name, summary)
-    CODES[code] = found
-    return found
-
-
-CODES: Final[dict[str, ReasonCode]] = {}
 
 # The predicate's rules (a computed weight or bias that is not folded).
 RUN_TIME: Final = _code(
@@ -128,3 +102,6 @@ TIED_OTHER_USE: Final = _code(
 )
 # The stock XNNPACK config's own reason (dtype, rank, options ...), passed on as it is.
 STOCK: Final = _code("XNF590", "stock", "executorch's XNNPACK config declined the GEMM")
+
+# The reason codes, by code.
+CODES: Final = family("XNF5")

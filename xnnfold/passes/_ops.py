@@ -13,7 +13,7 @@ from typing import Final
 
 import torch
 
-from xnnfold._upstream import exir_ops
+from xnnfold._upstream import aten_op_of, exir_ops
 
 __all__ = [
     "ASSERTION_OPS",
@@ -27,6 +27,8 @@ __all__ = [
     "GEMM_ARGS_BY_NAME",
     "FILL_OPS",
     "FOLDABLE_NAMESPACES",
+    "FULLY_CONNECTED_GEMMS",
+    "FULLY_CONNECTED_WEIGHT",
     "DECOMPOSES_ONLY_TO",
     "PRESERVE_BLOCKLIST",
     "QUANTIZATION_NAMESPACES",
@@ -122,19 +124,19 @@ EDGE_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
     edge.mm.default: (1,),
 }
 
-# The same positions by ATen op name, whatever the overload: `explain` also reads programs
-# after `to_executorch`, whose GEMMs are out variants (aten::mm.out).
-GEMM_ARGS_BY_NAME: Final[dict[str, tuple[int, ...]]] = {
-    "convolution": (1, 2),
-    "linear": (1, 2),
-    "addmm": (2, 0),
-    "mm": (1,),
-    "bmm": (),
-}
-
 # Matrix products that never have a weight (both operands are activations); `explain`
 # lists them beside the GEMMs so a user sees every product that stayed on portable.
 EDGE_ACTIVATION_GEMMS: Final = frozenset({edge.bmm.default})
+
+# The same positions by ATen op name, whatever the overload: `explain` also reads programs
+# after `to_executorch`, whose GEMMs are out variants (aten::mm.out).
+GEMM_ARGS_BY_NAME: Final[dict[str, tuple[int, ...]]] = {
+    aten_op_of(op).overloadpacket.__name__: positions
+    for op, positions in [
+        *EDGE_GEMM_ARGS.items(),
+        *((op, ()) for op in EDGE_ACTIVATION_GEMMS),
+    ]
+}
 
 # The same positions in the ATen graph that `ops_to_not_decompose` inspects, before the
 # decompositions turn conv1d into convolution and matmul into mm.
@@ -150,6 +152,18 @@ ATEN_GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
     aten.addmm.default: (2, 0),
     aten.mm.default: (1,),
     aten.matmul.default: (1,),
+}
+
+# The GEMMs XNNPACK serializes as a fully-connected op (``x @ W + b``), in ATen. It takes
+# their fp32 weight computed at run time too, and under
+# ``force_non_static_weights_for_f32_linear`` always.
+FULLY_CONNECTED_GEMMS: Final = frozenset(
+    {aten.linear.default, aten.addmm.default, aten.mm.default, aten.matmul.default}
+)
+# Their weight positions by op name, which their edge forms and the copies executorch keeps
+# out of decomposition share.
+FULLY_CONNECTED_WEIGHT: Final[dict[str, int]] = {
+    op.overloadpacket.__name__: ATEN_GEMM_ARGS[op][0] for op in FULLY_CONNECTED_GEMMS
 }
 
 # Every convolution op, ATen (before to_edge) and edge: the readers of a kernel that

@@ -6,8 +6,11 @@ code and migrate legacy weight_norm to parametrizations.
 
 from typing import TYPE_CHECKING
 
-from xnnfold._lazy import lazy_attributes
+from xnnfold._lazy import lazy_exports
 
+# Each public name, from the module that defines it, imported on first access (PEP 562;
+# `lazy_exports` reads this block): _marking imports torch, which the codemod (libcst
+# only) never needs.
 if TYPE_CHECKING:
     from xnnfold.rewriter._marking import (
         find_sites,
@@ -19,22 +22,8 @@ if TYPE_CHECKING:
     from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding
     from xnnfold.rewriter.codemod._rules import transform_source
 
-# Public name -> defining module, resolved on first access (PEP 562): _prepare imports
-# torch, which the codemod (libcst only) never needs.
-_LAZY: dict[str, str] = {
-    "CodemodOptions": "xnnfold.rewriter.codemod._api",
-    "FileOutcome": "xnnfold.rewriter.codemod._api",
-    "Finding": "xnnfold.rewriter.codemod._api",
-    "transform_source": "xnnfold.rewriter.codemod._rules",
-    "FoldSite": "xnnfold.rewriter._marking",
-    "find_sites": "xnnfold.rewriter._marking",
-    "is_prepared": "xnnfold.rewriter._marking",
-    "prepare_for_xnnpack": "xnnfold.rewriter._marking",
-    "unprepare_for_xnnpack": "xnnfold.rewriter._marking",
-}
 
-
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+__getattr__, __dir__ = lazy_exports(__name__, __file__, globals())
 
 
 __all__ = [

@@ -1,4 +1,5 @@
-"""Which nodes hold a compile-time constant value, and which constants the program stores.
+"""Which nodes hold a compile-time constant value, which are computed at run time, and which
+constants the program stores.
 
 One forward sweep over the graph classifies every node, so asking about many GEMMs costs
 O(graph) in total rather than one backward walk to the inputs per GEMM (a transformer has
@@ -15,6 +16,7 @@ from typing import Optional
 import torch
 from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
@@ -35,7 +37,9 @@ from xnnfold.passes.analysis._nodes import (
 from xnnfold.passes.analysis._scope import ConstantMap, current_cache
 
 __all__ = [
+    "constant_computation",
     "constant_map",
+    "input_dependent",
     "is_constant_node",
     "is_constant_source",
     "op_problem",
@@ -186,6 +190,35 @@ def constant_map(ep: ExportedProgram) -> ConstantMap:
 def is_constant_node(ep: ExportedProgram, node: Node) -> bool:
     """True when ``node``'s value is computed from constants alone (the per-graph sweep)."""
     return constant_map(ep).constant.get(node.name, False)
+
+
+def constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
+    """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
+    its sources at run time if the GEMM does not fold it."""
+    arg = gemm.args[index] if index < len(gemm.args) else None
+    return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
+
+
+def input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set[Node]:
+    """The nodes computed at run time: from the program's inputs or from a buffer some
+    method writes. Unlike the fold rules' constant map, a dequantized weight is not one."""
+    signature = ep.graph_signature
+    written = written_buffers | set(signature.buffers_to_mutate.values())
+    starts = {
+        spec.arg.name
+        for spec in signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+        or (spec.kind == InputKind.BUFFER and spec.target in written)
+    }
+    found: set[Node] = set()
+    for node in ep.graph.nodes:
+        if node.op == "placeholder":
+            run_time = node.name in starts
+        else:
+            run_time = any(arg in found for arg in node.all_input_nodes)
+        if run_time:
+            found.add(node)
+    return found
 
 
 def is_constant_source(

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final, Optional, Union
+from typing import Optional, Union
 
 import torch
 from torch.export import ExportedProgram
@@ -35,12 +35,13 @@ from torch.fx.experimental.symbolic_shapes import free_symbols
 from xnnfold._meta import VAL_META_KEY
 from xnnfold._upstream import aten_op_of, EdgeOpOverload, OpOverload, schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
+from xnnfold.passes._ops import FULLY_CONNECTED_WEIGHT
 from xnnfold.passes._options import GrowthBudget, NO_GROWTH
 from xnnfold.passes.analysis._arguments import addmm_scales
+from xnnfold.passes.analysis._nodes import constant_tensor
 from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
 
 __all__ = [
-    "FULLY_CONNECTED_OPS",
     "Growth",
     "Ledger",
     "admit",
@@ -55,21 +56,18 @@ __all__ = [
     "restated_beyond_budget",
 ]
 
-# The GEMMs XNNPACK serializes as a fully-connected op (ATen and edge names alike).
-FULLY_CONNECTED_OPS: Final = frozenset({"linear", "addmm", "mm", "matmul"})
-
 
 def has_run_time_weight_form(gemm: Node, *, op_name: str, role: str) -> bool:
     """Whether XNNPACK takes ``gemm`` with this argument computed at run time, as the
     decision ladder delegates a declined fold (`_verdict.decide`): the fp32 weight
     of a fully-connected GEMM without addmm's scales. A convolution, a bias, a weight of
     another dtype or a scaled addmm has none: declined, the GEMM stays on portable."""
-    if op_name not in FULLY_CONNECTED_OPS or role != "weight":
+    position = FULLY_CONNECTED_WEIGHT.get(op_name)
+    if position is None or role != "weight":
         return False
     if op_name == "addmm" and addmm_scales(gemm):
         return False
-    positions = {"addmm": 2, "mm": 1, "matmul": 1, "linear": 1}
-    weight = gemm.args[positions[op_name]] if positions[op_name] < len(gemm.args) else None
+    weight = gemm.args[position] if position < len(gemm.args) else None
     val = weight.meta.get(VAL_META_KEY) if isinstance(weight, Node) else None
     return isinstance(val, torch.Tensor) and val.dtype == torch.float32
 
@@ -81,8 +79,8 @@ def program_bytes(ep: ExportedProgram) -> int:
     signature = ep.graph_signature
     total = 0
     for fqn in (*signature.parameters, *signature.buffers):
-        tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
-        if isinstance(tensor, torch.Tensor):
+        tensor = constant_tensor(ep, fqn)
+        if tensor is not None:
             total += tensor.numel() * tensor.element_size()
     return total
 

@@ -12,7 +12,6 @@ from torch.fx import Node
 from xnnfold._meta import (
     CUSTOM_META_KEY,
     EXTERNAL_TAG_KEYS,
-    PRESERVED_META_KEY,
     SITE_META_KEY,
     VAL_META_KEY,
 )
@@ -28,11 +27,11 @@ from xnnfold.passes._ops import ASSERTION_OPS, EDGE_NO_DECOMP_NAMESPACE, GEMM_AR
 __all__ = [
     "arg_role",
     "constant_fqns",
+    "constant_tensor",
     "external_tag",
     "gemm_positions",
     "is_float32",
     "is_gemm",
-    "is_preserved",
     "op_overload",
     "readers",
     "site_of",
@@ -53,12 +52,6 @@ def op_overload(target: object) -> Optional[OpOverload]:
             return aten_op if isinstance(aten_op, OpOverload) else target
         return target
     return None
-
-
-def is_preserved(node: Node) -> bool:
-    """True when the partitioner asked executorch to keep ``node``'s op undecomposed."""
-    custom = node.meta.get(CUSTOM_META_KEY)
-    return isinstance(custom, dict) and bool(custom.get(PRESERVED_META_KEY))
 
 
 def site_of(node: Node) -> Optional[str]:
@@ -84,6 +77,14 @@ def constant_fqns(ep: ExportedProgram) -> dict[str, str]:
         **signature.inputs_to_buffers,
         **signature.inputs_to_lifted_tensor_constants,
     }
+
+
+def constant_tensor(ep: ExportedProgram, fqn: str) -> Optional[torch.Tensor]:
+    """The tensor ``ep`` holds under the state_dict / constants key ``fqn`` (parameters and
+    persistent buffers in its state_dict, lifted constants and non-persistent buffers in
+    its constants; the signature gives each key one kind), or None."""
+    value = ep.state_dict.get(fqn, ep.constants.get(fqn))
+    return value if isinstance(value, torch.Tensor) else None
 
 
 def external_tag(node: Node) -> Optional[str]:

@@ -82,22 +82,9 @@ def find_weight_computation(
     cmap = constant_map(ep)
     arg = Argument(gemm=gemm, arg_index=arg_index, role=role, root=root)
 
-    rejection = _run_time_rule(arg=arg, cmap=cmap, site=site)
-    if rejection is not None:
-        return rejection
-    # Post-order: the fold evaluates the computation in this order.
-    closure = post_order(root, lambda node: node.all_input_nodes, limit=options.max_fold_nodes)
-    if closure is None:
-        return arg.reject(
-            TOO_MANY_NODES,
-            f"the {role} computation has more than {options.max_fold_nodes} nodes "
-            "(raise max_fold_nodes to fold it)",
-            from_constants=True,
-            site=site,
-        )
-    rejection = _walked_nodes_rule(arg=arg, closure=closure, cmap=cmap, site=site)
-    if rejection is not None:
-        return rejection
+    closure = _computation(arg=arg, cmap=cmap, options=options, site=site)
+    if isinstance(closure, Rejection):
+        return closure
     nodes = tuple(n for n in closure if n.op == "call_function")
     sources = tuple(n for n in closure if n.op == "placeholder")
     members = set(closure)
@@ -111,19 +98,33 @@ def find_weight_computation(
         query = SharingQuery(
             ep, options, stored_elsewhere, non_folding, cmap, weight_only_of(ep, non_folding)
         )
-        rejection = other_readers_rule(
-            arg=arg, query=query, closure=closure, members=members, site=site
-        ) or size_rule(arg=arg, query=query, closure=closure, nodes=nodes, site=site)
-        growth = rejection.growth if rejection is not None else None
-        if rejection is not None and _budgeted and growth_of(rejection) is not None:
-            # The ledger is built only once a fold the budget may admit is asked about.
-            rejection = restated_beyond_budget(
-                rejection, _ledger(ep, options, stored_elsewhere, cmap.ledgers)
-            )
+        rejection, growth = _program_size_rules(
+            arg=arg,
+            query=query,
+            closure=closure,
+            members=members,
+            nodes=nodes,
+            site=site,
+            budgeted=_budgeted,
+        )
         if rejection is not None:
             return rejection
     shared = shared_nodes(nodes, root, members)
     return WeightComputation(gemm, arg_index, role, root, nodes, sources, site, shared, growth)
+
+
+def _computation(
+    *, arg: Argument, cmap: ConstantMap, options: FoldOptions, site: Optional[str]
+) -> Union[list[Node], Rejection]:
+    """The nodes that compute the argument, in post-order (the order the fold evaluates
+    them in), or the rule that declines it before its size is known (XNF501, XNF502)."""
+    rejection = _run_time_rule(arg=arg, cmap=cmap, site=site)
+    if rejection is not None:
+        return rejection
+    closure = post_order(arg.root, lambda node: node.all_input_nodes, limit=options.max_fold_nodes)
+    if closure is None:
+        return _too_many_nodes(arg=arg, options=options, site=site)
+    return _walked_nodes_rule(arg=arg, closure=closure, cmap=cmap, site=site) or closure
 
 
 # The predicate's rules, in the order they apply. Each sees what the ones before it
@@ -139,6 +140,17 @@ def _run_time_rule(*, arg: Argument, cmap: ConstantMap, site: Optional[str]) -> 
         RUN_TIME,
         f"the {arg.role} is computed at run time: {problem}",
         from_constants=False,
+        site=site,
+    )
+
+
+def _too_many_nodes(*, arg: Argument, options: FoldOptions, site: Optional[str]) -> Rejection:
+    """XNF502: the computation is larger than ``max_fold_nodes`` (the walk stopped)."""
+    return arg.reject(
+        TOO_MANY_NODES,
+        f"the {arg.role} computation has more than {options.max_fold_nodes} nodes "
+        "(raise max_fold_nodes to fold it)",
+        from_constants=True,
         site=site,
     )
 
@@ -192,6 +204,32 @@ def _external_data_rule(
                 keep_stock=True,
             )
     return None
+
+
+def _program_size_rules(
+    *,
+    arg: Argument,
+    query: SharingQuery,
+    closure: list[Node],
+    members: set[Node],
+    nodes: tuple[Node, ...],
+    site: Optional[str],
+    budgeted: bool,
+) -> tuple[Optional[Rejection], Optional[Growth]]:
+    """XNF504 to XNF508, then the growth budget (XNF516): the rules that keep the program
+    small. Returns the rejection that decides, and the growth the fold adds (a growing
+    fold the budget admits folds with it)."""
+    rejection = other_readers_rule(
+        arg=arg, query=query, closure=closure, members=members, site=site
+    ) or size_rule(arg=arg, query=query, closure=closure, nodes=nodes, site=site)
+    if rejection is None:
+        return None, None
+    growth = rejection.growth
+    if budgeted and growth_of(rejection) is not None:
+        # The ledger is built only once a fold the budget may admit is asked about.
+        ledger = _ledger(query.ep, query.options, query.stored_elsewhere, query.cmap.ledgers)
+        return restated_beyond_budget(rejection, ledger), growth
+    return rejection, growth
 
 
 def _ledger(

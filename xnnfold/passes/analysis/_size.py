@@ -4,7 +4,7 @@ sources it frees, counting together the folds that share those sources."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
+from typing import Optional, Union
 
 from torch.fx import Node
 
@@ -39,7 +39,45 @@ def size_rule(
 ) -> Optional[Rejection]:
     """XNF505-XNF508: the folds that share these sources, taken together, must not make
     the program larger than the sources they free."""
-    role, root = arg.role, arg.root
+    shared = _shared_folds(arg=arg, query=query, closure=closure, site=site)
+    if isinstance(shared, Rejection):
+        return shared
+    folded_roots, freed_sources, kept_sources = shared
+    folded = sum(node_bytes(r) or 0 for r in folded_roots)
+    sizes = [node_bytes(s) for s in (*folded_roots, *freed_sources)]
+    if any(b is None for b in sizes):
+        return arg.reject(
+            DYNAMIC_SHAPE, f"the {arg.role} has a dynamic shape", from_constants=True, site=site
+        )
+    # Floating-point sources are measured at the folded tensor's element size: an fp32
+    # GEMM needs an fp32 weight, so `w_fp16.float()` folds to exactly what a hand-folded
+    # model would store (twice the fp16 bytes); a float cast never counts as growth. An
+    # integer source (`w_int8.float() * scale`) keeps its own size: that is compression,
+    # for XNNPACK's quantized GEMMs rather than a 4x larger fp32 fold. Fill ops count as
+    # sources (see FILL_OPS). What stays declined is growth in elements: a low-rank
+    # product without its base weight, an expand()ed or repeat()ed kernel.
+    itemsize = arg.root.meta[VAL_META_KEY].element_size()
+    freed = sum(node_bytes(s, itemsize) or 0 for s in freed_sources) + sum(
+        node_bytes(n, itemsize) or 0 for n in nodes if _fill_op(n)
+    )
+    if folded <= freed:
+        return None
+    return _grows_program(
+        arg=arg,
+        folded_roots=folded_roots,
+        folded=folded,
+        freed=freed,
+        kept_sources=kept_sources,
+        site=site,
+    )
+
+
+def _shared_folds(
+    *, arg: Argument, query: SharingQuery, closure: list[Node], site: Optional[str]
+) -> Union[tuple[list[Node], list[Node], list[Node]], Rejection]:
+    """The folds sharing sources with ``closure`` (`shared_component`: the folded roots,
+    the sources freed and the sources kept), or the rejection (XNF505, XNF506) when they
+    are too many or one of them is not folded."""
     max_nodes = query.options.max_fold_nodes
     elsewhere = (
         frozenset(name for name, fqn in query.cmap.fqns.items() if fqn in query.stored_elsewhere)
@@ -58,7 +96,7 @@ def size_rule(
     if shared is None:
         return arg.reject(
             SHARED_TOO_WIDE,
-            f"the {role} shares its sources with more than {4 * max_nodes} nodes of "
+            f"the {arg.role} shares its sources with more than {4 * max_nodes} nodes of "
             "other weight computations (raise max_fold_nodes to fold them)",
             from_constants=True,
             site=site,
@@ -66,31 +104,25 @@ def size_rule(
     if isinstance(shared, str):
         return arg.reject(
             SHARED_NOT_FOLDED,
-            f"the {role} computation reads {shared}, and that one is not folded: it "
+            f"the {arg.role} computation reads {shared}, and that one is not folded: it "
             "also feeds something other than a GEMM weight",
             from_constants=True,
             site=site,
         )
-    folded_roots, freed_sources, kept_sources = shared
-    folded = sum(node_bytes(r) or 0 for r in folded_roots)
-    sizes = [node_bytes(s) for s in (*folded_roots, *freed_sources)]
-    if any(b is None for b in sizes):
-        return arg.reject(
-            DYNAMIC_SHAPE, f"the {role} has a dynamic shape", from_constants=True, site=site
-        )
-    # Floating-point sources are measured at the folded tensor's element size: an fp32
-    # GEMM needs an fp32 weight, so `w_fp16.float()` folds to exactly what a hand-folded
-    # model would store (twice the fp16 bytes); a float cast never counts as growth. An
-    # integer source (`w_int8.float() * scale`) keeps its own size: that is compression,
-    # for XNNPACK's quantized GEMMs rather than a 4x larger fp32 fold. Fill ops count as
-    # sources (see FILL_OPS). What stays declined is growth in elements: a low-rank
-    # product without its base weight, an expand()ed or repeat()ed kernel.
-    itemsize = root.meta[VAL_META_KEY].element_size()
-    freed = sum(node_bytes(s, itemsize) or 0 for s in freed_sources) + sum(
-        node_bytes(n, itemsize) or 0 for n in nodes if _fill_op(n)
-    )
-    if folded <= freed:
-        return None
+    return shared
+
+
+def _grows_program(
+    *,
+    arg: Argument,
+    folded_roots: list[Node],
+    folded: int,
+    freed: int,
+    kept_sources: list[Node],
+    site: Optional[str],
+) -> Rejection:
+    """XNF508: the ``folded`` bytes exceed the ``freed`` ones; the rejection says which
+    source keeps its bytes, and carries the growth for the budget."""
     if kept_sources:
         kept = kept_sources[0]
         where = (
@@ -104,7 +136,7 @@ def size_rule(
     takes = (
         f"the {len(folded_roots)} folded weights sharing its sources take"
         if len(folded_roots) > 1
-        else f"the folded {role} takes"
+        else f"the folded {arg.role} takes"
     )
     rejection = arg.reject(
         GROWS_PROGRAM,

@@ -19,7 +19,7 @@ from xnnfold._upstream import (
     unset_fake_temporarily,
 )
 from xnnfold.passes.analysis._constants import constant_map
-from xnnfold.passes.analysis._nodes import op_overload
+from xnnfold.passes.analysis._nodes import constant_tensor, op_overload
 from xnnfold.passes.analysis._results import WeightComputation
 from xnnfold.passes.analysis._scope import in_a_scope
 
@@ -52,7 +52,7 @@ def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
     # The sweep's snapshot of the signature: torch's is_buffer/get_buffer rebuild the
     # name -> FQN dicts per call, quadratic over a chain of thousands of lifted scalars.
     fqn = cmap.fqns.get(node.name)
-    value = None if fqn is None else ep.constants.get(fqn, ep.state_dict.get(fqn))
+    value = None if fqn is None else constant_tensor(ep, fqn)
     if isinstance(value, torch.Tensor) and is_fake(value):
         # Under a decomposition's fake mode a small constant keeps its real value here.
         value = real_value_of_fake(value)

@@ -31,6 +31,7 @@ from xnnfold._upstream import schema_of
 from xnnfold.passes._codes import ReasonCode, TIED_OTHER_USE
 from xnnfold.passes.analysis._nodes import (
     constant_fqns,
+    constant_tensor,
     external_tag,
     op_overload,
     readers,
@@ -227,11 +228,6 @@ def table_uses(ep: ExportedProgram) -> TableUses:
     return TableUses(frozenset(as_weight), frozenset(looked_up))
 
 
-def _tensor(ep: ExportedProgram, fqn: str) -> Optional[torch.Tensor]:
-    value = ep.state_dict.get(fqn, ep.constants.get(fqn))
-    return value if isinstance(value, torch.Tensor) else None
-
-
 def tied_across_methods(programs: dict[str, ExportedProgram]) -> dict[str, tuple[str, ...]]:
     """Method -> placeholders of the tables stored once across methods: one method reads
     the table as a linear's own weight and another reads it the same way or only looks it
@@ -245,7 +241,7 @@ def tied_across_methods(programs: dict[str, ExportedProgram]) -> dict[str, tuple
     readers_of: dict[int, set[str]] = {}
     for method, ep in programs.items():
         for fqn in uses[method].as_linear_weight | uses[method].looked_up:
-            tensor = _tensor(ep, fqn)
+            tensor = constant_tensor(ep, fqn)
             if tensor is None:
                 continue
             readers_of.setdefault(id(tensor), set()).add(method)
@@ -262,7 +258,7 @@ def tied_across_methods(programs: dict[str, ExportedProgram]) -> dict[str, tuple
         names = [
             placeholder
             for placeholder, fqn in constant_fqns(ep).items()
-            if fqn in halves and id(_tensor(ep, fqn)) in shared
+            if fqn in halves and id(constant_tensor(ep, fqn)) in shared
         ]
         if names:
             found[method] = tuple(sorted(set(names)))

@@ -16,6 +16,9 @@ inside each delegate. They all call `decide`, and nothing else decides: "delegat
   the ATen program nothing is kept yet (`Stage.ATEN`); inside a delegate the
   partitioner has accepted the fold on the whole method, so only the rules that make a
   fold wrong decline it (`Stage.DELEGATE`).
+- ``kept``: which nodes those kept ops are, by name. The partitioner knows them (its
+  ATen plan chose them, and its decomposition filter marked them for the edge program);
+  the ladder reads them from its arguments only.
 
 The verdict is one of three: fold the computation, delegate the GEMM with the argument
 computed at run time (XNNPACK's fully-connected op takes an fp32 weight as an input), or
@@ -25,8 +28,9 @@ decline, each with the `Rejection` and its code where it is not a fold.
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass
-from typing import AbstractSet, Optional, Union
+from typing import AbstractSet, Callable, Optional, Union
 
 from torch.export import ExportedProgram
 from torch.fx import Node
@@ -34,7 +38,6 @@ from torch.fx import Node
 from xnnfold.passes._codes import BEYOND_BUDGET, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis._growth import gemm_op_name, has_run_time_weight_form
-from xnnfold.passes.analysis._nodes import is_preserved
 from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Rejection, WeightComputation
 from xnnfold.passes.analysis._scope import in_a_scope
@@ -148,6 +151,10 @@ def written_elsewhere(
     return None
 
 
+# `find_weight_computation` for one GEMM argument, given the inputs that vary.
+_Find = Callable[..., Union[WeightComputation, Rejection, None]]
+
+
 @in_a_scope
 def decide(
     gemm: Node,
@@ -159,49 +166,32 @@ def decide(
     stage: Stage,
     facts: ProgramFacts = NO_FACTS,
     decisions: RoundDecisions = FIRST_ROUND,
+    kept: AbstractSet[str] = frozenset(),
 ) -> Optional[Verdict]:
     """The verdict on ``gemm.args[arg_index]``; None when it is absent or a stored tensor
     (nothing to fold: the stock decision stands).
 
-    Pure: reads the graph and the program's signature, changes nothing.
+    ``kept``: names of the nodes of ``ep`` kept undecomposed for a fold, which have no
+    portable kernel (read at `Stage.EDGE` only; see the module docstring).
+
+    Pure: the verdict is a function of the arguments. It reads ``ep``'s graph, its
+    signature and the nodes' values (``meta["val"]``) and site marks, writes nothing,
+    and memoizes its sweeps of the graph in the open analysis scope (`_scope`).
     """
+    find: _Find = functools.partial(
+        find_weight_computation, gemm, arg_index, ep, arg_positions=arg_positions, options=options
+    )
     others = decisions.non_folding - {gemm.name}
-
-    def find(
-        *, stored: frozenset[str], non_folding: frozenset[str], sharing: bool = True
-    ) -> Union[WeightComputation, Rejection, None]:
-        return find_weight_computation(
-            gemm,
-            arg_index,
-            ep,
-            arg_positions=arg_positions,
-            options=options,
-            stored_elsewhere=stored,
-            non_folding=non_folding,
-            sharing=sharing,
-        )
-
-    result = find(stored=facts.stored_elsewhere, non_folding=others)
+    result = find(stored_elsewhere=facts.stored_elsewhere, non_folding=others)
     # The computation judged as if this method were alone and every other GEMM folded:
     # only the rules within the method apply (other readers, size, budget).
     isolated: Union[WeightComputation, Rejection, None] = None
     stored_twice = False
     if isinstance(result, Rejection):
         if stage is Stage.DELEGATE:
-            if result.computed_from_constants and not result.keep_stock:
-                # The partitioner applied the sharing rules to the whole method; here a
-                # reader it counted can look different (a weight computed at run time
-                # in this delegate reads a lifted scalar as a delegate input). Folding
-                # is correct when only sources are shared (they stay for that reader);
-                # a shared intermediate would stay too, computed by ops no XNNPACK
-                # config checked. The growth budget was judged on the whole method.
-                correct = find(stored=frozenset(), non_folding=frozenset(), sharing=False)
-                if isinstance(correct, WeightComputation) and (
-                    not correct.shared or result.code is BEYOND_BUDGET
-                ):
-                    result = correct
+            result = _as_delegated(result, find)
         elif facts.stored_elsewhere or others:
-            isolated = find(stored=frozenset(), non_folding=frozenset())
+            isolated = find(stored_elsewhere=frozenset(), non_folding=frozenset())
             written = written_elsewhere(isolated, ep, facts.written_buffers)
             if written is not None:
                 # The reason that decides: its sources may look kept only because this
@@ -216,7 +206,9 @@ def decide(
             elif (
                 isinstance(isolated, WeightComputation)
                 and stage is Stage.EDGE
-                and _holds_kept_ops(gemm, ep, arg_positions=arg_positions, options=options)
+                and _holds_kept_ops(
+                    gemm, ep, arg_positions=arg_positions, options=options, kept=kept
+                )
             ):
                 # Declined only to keep the program small, but a computation of this GEMM
                 # holds ops kept undecomposed (`_weight_norm`, `stack`) that have no
@@ -224,6 +216,38 @@ def decide(
                 # the shared sources are stored beside the folded value.
                 result, stored_twice = isolated, True
     result = written_elsewhere(result, ep, facts.written_buffers) or result
+    return _verdict_on(gemm, result, isolated=isolated, stored_twice=stored_twice)
+
+
+def _as_delegated(rejection: Rejection, find: _Find) -> Union[WeightComputation, Rejection]:
+    """Inside a delegate (`Stage.DELEGATE`): the computation, when only the rules that
+    keep the program small declined it and folding it is correct; else ``rejection``.
+
+    The partitioner applied the sharing rules to the whole method; here a reader it
+    counted can look different (a weight computed at run time in this delegate reads a
+    lifted scalar as a delegate input). Folding is correct when only sources are shared
+    (they stay for that reader); a shared intermediate would stay too, computed by ops no
+    XNNPACK config checked. The growth budget was judged on the whole method."""
+    if not rejection.computed_from_constants or rejection.keep_stock:
+        return rejection
+    correct = find(stored_elsewhere=frozenset(), non_folding=frozenset(), sharing=False)
+    if isinstance(correct, WeightComputation) and (
+        not correct.shared or rejection.code is BEYOND_BUDGET
+    ):
+        return correct
+    return rejection
+
+
+def _verdict_on(
+    gemm: Node,
+    result: Union[WeightComputation, Rejection, None],
+    *,
+    isolated: Union[WeightComputation, Rejection, None],
+    stored_twice: bool,
+) -> Optional[Verdict]:
+    """The verdict the ladder's final ``result`` gives: a fold, or for a rejection the
+    run-time weight where XNNPACK has that form (`has_run_time_weight_form`), else a
+    decline; ``isolated`` is kept as what would be correct alone."""
     if result is None:
         return None
     if isinstance(result, WeightComputation):
@@ -239,14 +263,21 @@ def decide(
 
 
 def _holds_kept_ops(
-    gemm: Node, ep: ExportedProgram, *, arg_positions: tuple[int, ...], options: FoldOptions
+    gemm: Node,
+    ep: ExportedProgram,
+    *,
+    arg_positions: tuple[int, ...],
+    options: FoldOptions,
+    kept: AbstractSet[str],
 ) -> bool:
-    """True when a computation of one of ``gemm``'s arguments holds an op the
-    partitioner kept undecomposed (decided before other methods were seen)."""
+    """True when a computation of one of ``gemm``'s arguments holds a node of ``kept``,
+    an op the partitioner kept undecomposed (decided before other methods were seen)."""
+    if not kept:
+        return False
     for index in arg_positions:
         result = find_weight_computation(
             gemm, index, ep, arg_positions=arg_positions, options=options
         )
-        if isinstance(result, WeightComputation) and any(is_preserved(n) for n in result.nodes):
+        if isinstance(result, WeightComputation) and any(n.name in kept for n in result.nodes):
             return True
     return False

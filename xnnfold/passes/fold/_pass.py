@@ -19,10 +19,8 @@ import dataclasses
 from typing import Final, Optional
 
 import torch
-from executorch.backends.transforms.utils import create_constant_placeholder
 from executorch.exir.pass_base import PassResult
 from torch.export import ExportedProgram
-from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
 from xnnfold._meta import (
@@ -30,22 +28,21 @@ from xnnfold._meta import (
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
-    PROVENANCE_META_KEYS,
     VAL_META_KEY,
 )
-from xnnfold._upstream import exir_ops, set_graph_signature, XNNPACKPass
+from xnnfold._upstream import exir_ops, XNNPACKPass
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     analysis_scope,
     computation_key,
-    constant_fqns,
     decide,
     is_matrix_transpose,
     new_analysis_cache,
     Stage,
     WeightComputation,
 )
+from xnnfold.passes.fold._placeholders import ConstantPlaceholders
 
 __all__ = ["FoldComputedWeightsPass", "has_fold_marks"]
 
@@ -58,50 +55,6 @@ _SCALE_KWARGS = frozenset({"beta", "alpha"})
 def has_fold_marks(ep: ExportedProgram) -> bool:
     """True when some GEMM of ``ep`` was marked for folding by the partitioner."""
     return any(key in node.meta for node in ep.graph.nodes for key in FOLD_MARK_KEYS)
-
-
-# torch's is_param/get_param and executorch's delete_constant_placeholder rebuild the
-# signature's name -> FQN dicts on every call, which made a delegate of a few hundred folds
-# quadratic in its inputs. The pass reads one snapshot of them and rewrites the signature
-# once.
-
-
-def _source_tensor(ep: ExportedProgram, fqns: dict[str, str], node: Node) -> torch.Tensor:
-    fqn = fqns.get(node.name)
-    tensor = None
-    if fqn is not None:
-        tensor = ep.state_dict.get(fqn)
-        if tensor is None:
-            tensor = ep.constants.get(fqn)
-    if not isinstance(tensor, torch.Tensor):
-        raise RuntimeError(f"xnnfold: no data for constant '{node.name}' in the delegate's program")
-    return tensor
-
-
-def _delete_sources(ep: ExportedProgram, sources: list[Node]) -> None:
-    """Erase unused constant placeholders, their data and their signature entries."""
-    if not sources:
-        return
-    names = {node.name for node in sources}
-    signature = ep.graph_signature
-    kept = []
-    for spec in signature.input_specs:
-        if getattr(spec.arg, "name", None) not in names:
-            kept.append(spec)
-        elif spec.kind == InputKind.PARAMETER or (
-            spec.kind == InputKind.BUFFER and spec.persistent
-        ):
-            del ep.state_dict[spec.target]
-        elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-            del ep.constants[spec.target]
-        else:
-            raise RuntimeError(
-                f"xnnfold: cannot delete input '{spec.arg.name}' of the delegate: it is "
-                f"a {spec.kind.name}, not a parameter, buffer or constant"
-            )
-    for node in sources:
-        ep.graph.erase_node(node)
-    set_graph_signature(ep, ExportGraphSignature(kept, signature.output_specs))
 
 
 def _outermost_first(computations: list[WeightComputation]) -> list[WeightComputation]:
@@ -125,13 +78,9 @@ def _outermost_first(computations: list[WeightComputation]) -> list[WeightComput
     return sorted(computations, key=lambda c: depth[c.gemm])
 
 
-def _evaluate(
-    ep: ExportedProgram, computation: WeightComputation, fqns: dict[str, str]
-) -> torch.Tensor:
+def _evaluate(computation: WeightComputation, constants: ConstantPlaceholders) -> torch.Tensor:
     """Run the computation eagerly, node by node, with the graph's own ops."""
-    env: dict[Node, object] = {
-        source: _source_tensor(ep, fqns, source) for source in computation.sources
-    }
+    env: dict[Node, object] = {source: constants.tensor(source) for source in computation.sources}
 
     def load(arg: object) -> object:
         return env[arg] if isinstance(arg, Node) else arg
@@ -173,10 +122,6 @@ def _reshaped_in_place(computation: WeightComputation) -> bool:
     )
 
 
-def _taken_names(ep: ExportedProgram) -> set[str]:
-    return {node.name for node in ep.graph.nodes} | set(ep.state_dict) | set(ep.constants)
-
-
 def _without_final_transpose(computation: WeightComputation) -> Optional[WeightComputation]:
     """An addmm/mm weight ``f(...).t()`` is folded as ``f(...)`` with the transpose kept.
 
@@ -194,15 +139,6 @@ def _without_final_transpose(computation: WeightComputation) -> Optional[WeightC
     return dataclasses.replace(
         computation, root=inner, nodes=tuple(n for n in computation.nodes if n is not root)
     )
-
-
-def _unique_name(taken: set[str], base: str) -> str:
-    """A name not in ``taken``, which it then joins."""
-    name, i = base, 1
-    while name in taken:
-        name, i = f"{base}_{i}", i + 1
-    taken.add(name)
-    return name
 
 
 # Frozen, so one shared default is safe.
@@ -274,39 +210,21 @@ class FoldComputedWeightsPass(XNNPACKPass):
         return _outermost_first(found)
 
     def _fold_one(
-        self,
-        computation: WeightComputation,
-        before: Node,
-        fqns: dict[str, str],
-        taken: set[str],
+        self, computation: WeightComputation, before: Node, constants: ConstantPlaceholders
     ) -> Node:
         """A new constant placeholder holding the computation's value."""
-        ep = self.exported_program
-        value = _evaluate(ep, computation, fqns)
+        value = _evaluate(computation, constants)
         base = (computation.site or computation.root.name).replace(".", "_")
-        with ep.graph.inserting_before(before):
-            folded = create_constant_placeholder(
-                ep,
-                ep.graph,
-                _unique_name(taken, f"xnnfold_{base}"),
-                InputKind.PARAMETER,
-                value,
-            )
-        folded.meta.update(
-            {k: v for k, v in computation.root.meta.items() if k in PROVENANCE_META_KEYS}
+        return constants.add(
+            before=before, base=f"xnnfold_{base}", value=value, origin=computation.root
         )
-        # create_constant_placeholder stores the data under the node's name; later steps
-        # (addmm's scales) read it back through the same map as any other constant.
-        fqns[folded.name] = folded.name
-        return folded
 
     def _apply_scales(
         self,
         gemm: Node,
         scales: dict[int, float],
         before: Node,
-        fqns: dict[str, str],
-        taken: set[str],
+        constants: ConstantPlaceholders,
     ) -> tuple[Node, list[Node]]:
         """Multiply addmm's beta and alpha into its bias and weight constants.
 
@@ -314,8 +232,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         final transpose of one (`_without_final_transpose`). Returns the new first
         placeholder and the sources no longer read.
         """
-        ep = self.exported_program
-        graph = ep.graph
+        graph = self.exported_program.graph
         dead: list[Node] = []
         for index, factor in scales.items():
             arg = gemm.args[index]
@@ -326,22 +243,16 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     f"xnnfold: argument {index} of '{gemm.name}' must be a constant to "
                     f"take its scale {factor:g}, found {stored}"
                 )
-            value = _source_tensor(ep, fqns, stored)
+            value = constants.tensor(stored)
             with torch.no_grad():
                 # beta == 0 means the bias is ignored, NaN and inf included (addmm's rule).
                 scaled = torch.zeros_like(value) if factor == 0 else value * factor
-            with graph.inserting_before(before):
-                constant = create_constant_placeholder(
-                    ep,
-                    graph,
-                    _unique_name(taken, f"xnnfold_{stored.name}_scaled"),
-                    InputKind.PARAMETER,
-                    scaled.contiguous(),
-                )
-            constant.meta.update(
-                {k: v for k, v in stored.meta.items() if k in PROVENANCE_META_KEYS}
+            constant = constants.add(
+                before=before,
+                base=f"xnnfold_{stored.name}_scaled",
+                value=scaled.contiguous(),
+                origin=stored,
             )
-            fqns[constant.name] = constant.name
             before = constant
             if transpose is not None:
                 with graph.inserting_before(gemm):
@@ -387,7 +298,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         ]
         folded_by_key: dict[object, Node] = {}
         removed: set[Node] = set()
-        fqns, taken = constant_fqns(ep), _taken_names(ep)
+        constants = ConstantPlaceholders(ep)
         dead_sources: list[Node] = []
         for computation, key in zip(computations, keys):
             if computation.gemm in removed:
@@ -395,8 +306,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                 continue
             folded = folded_by_key.get(key)
             if folded is None:
-                folded = self._fold_one(computation, first_input, fqns, taken)
-                taken.add(folded.name)
+                folded = self._fold_one(computation, first_input, constants)
                 folded_by_key[key] = first_input = folded
             computation.root.replace_all_uses_with(folded)
             # Computations may share nodes (a split feeding several GEMMs, one weight
@@ -425,12 +335,12 @@ class FoldComputedWeightsPass(XNNPACKPass):
             if gemm in removed:
                 continue  # evaluated, scales and all, inside an enclosing computation
             first_input, dead = self._apply_scales(
-                gemm, gemm.meta[FOLD_SCALES_META_KEY], first_input, fqns, taken
+                gemm, gemm.meta[FOLD_SCALES_META_KEY], first_input, constants
             )
             dead_sources.extend(n for n in dead if n not in removed)
             removed.update(dead)
 
-        _delete_sources(ep, dead_sources)
+        constants.delete(dead_sources)
         graph.lint()
         graph_module.recompile()
         return PassResult(graph_module, True)

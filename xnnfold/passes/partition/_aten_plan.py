@@ -14,25 +14,31 @@ dtype, rank and shape checks and the argument rules (`aten_gemm_delegable`,
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, cast, MutableMapping, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
 from torch.fx import Graph, Node
 from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 
 from xnnfold._meta import VAL_META_KEY
 from xnnfold._upstream import OpOverload, schema_of
 from xnnfold.passes._codes import Problem
-from xnnfold.passes._ops import ATEN_GEMM_ARGS, CONVOLUTION_TARGETS, PRESERVE_BLOCKLIST
+from xnnfold.passes._ops import (
+    ATEN_GEMM_ARGS,
+    CONVOLUTION_TARGETS,
+    FULLY_CONNECTED_GEMMS,
+    PRESERVE_BLOCKLIST,
+)
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     addmm_problem,
+    constant_computation,
     decide,
     deconvolution_problem,
-    is_constant_node,
+    input_dependent,
     is_constant_source,
     is_float32,
     op_overload,
@@ -54,8 +60,6 @@ __all__ = [
     "AtenPlan",
     "PlanCache",
     "aten_plan",
-    "constant_computation",
-    "input_dependent",
     "keepable",
 ]
 
@@ -70,16 +74,6 @@ def keepable(op: OpOverload) -> bool:
     return (
         not schema.is_mutable and len(schema.returns) == 1 and schema.returns[0].alias_info is None
     )
-
-
-_FULLY_CONNECTED = frozenset(
-    {
-        torch.ops.aten.linear.default,
-        torch.ops.aten.addmm.default,
-        torch.ops.aten.mm.default,
-        torch.ops.aten.matmul.default,
-    }
-)
 
 
 # The folding config that takes each ATen GEMM whose weight ops are kept, by its
@@ -119,7 +113,7 @@ def aten_gemm_delegable(
     weights at run time and never fold them. ``configs``: the ``target_name`` of each
     folding config the partitioner has.
     """
-    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+    if force_non_static_weights and node.target in FULLY_CONNECTED_GEMMS:
         return False
     if _CONFIG_OF.get(node.target) not in configs:
         return False
@@ -236,10 +230,10 @@ def aten_plan(
     cached = cache.get(graph) if cache is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
-    written_buffers = facts.written_buffers
     preserved: dict[str, OpOverload] = {}
     not_folding: set[str] = set()
-    run_time: Optional[set[Node]] = None
+    # Swept once, and only when a GEMM declines an argument.
+    run_time = functools.cache(lambda: input_dependent(ep, facts.written_buffers))
     for node in graph.nodes:
         positions = ATEN_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
         if positions is None:
@@ -254,28 +248,10 @@ def aten_plan(
             ):
                 not_folding.add(node.name)
             continue
-        results: dict[int, Optional[WeightComputation]] = {}
-        for index in positions:
-            verdict = decide(
-                node,
-                index,
-                ep,
-                arg_positions=positions,
-                options=options,
-                stage=Stage.ATEN,
-                facts=facts,
-            )
-            results[index] = verdict.computation if verdict is not None else None
-
-        def constant_or_foldable(index: int) -> bool:
-            # Called only within this iteration, so the loop variables are the right ones.
-            arg = node.args[index] if index < len(node.args) else None  # noqa: B023
-            if arg is None:
-                return True
-            if isinstance(arg, Node) and arg.op == "placeholder":
-                return is_constant_source(ep, arg, written_buffers)
-            return results[index] is not None  # noqa: B023
-
+        computations = _folded_computations(ep, node, positions, options=options, facts=facts)
+        constant_or_foldable = functools.partial(
+            _constant_or_foldable, ep, node, computations, facts.written_buffers
+        )
         # Ops are kept only for a GEMM the edge configs will then take with every
         # argument in its partition: a kept op outside a delegate has no kernel at all.
         # (Fully-connected GEMMs under force_non_static_weights were turned away above: a
@@ -286,60 +262,91 @@ def aten_plan(
             force_non_static_weights=force_non_static_weights,
             constant_or_foldable=constant_or_foldable,
         ):
-            # The edge configs apply the same argument and computation rules: this GEMM
-            # will not fold its declined arguments, so their constant computations keep
-            # their sources. (Not its other arguments: a quantized GEMM's weight is
-            # declined here, a dequantize, and the edge configs still fold its bias.)
-            # An argument computed at run time where a constant is needed (an addmm's
-            # residual bias) leaves the whole GEMM on portable: every constant
-            # computation it reads keeps its sources.
-            if run_time is None:
-                run_time = input_dependent(ep, written_buffers)
-            whole = not declined or any(
-                isinstance(arg, Node) and arg in run_time
-                for arg in (node.args[i] for i in declined if i < len(node.args))
-            )
-            if any(constant_computation(ep, node, i) for i in (positions if whole else declined)):
+            if _keeps_sources(ep, node, positions, declined, run_time()):
                 not_folding.add(node.name)
             continue
-        for result in results.values():
-            for member in result.nodes if result is not None else ():
-                op = op_overload(member.target)
-                if op is not None and keepable(op):
-                    preserved[member.name] = op
+        preserved.update(_kept_ops(computations))
     plan = AtenPlan(preserved, frozenset(not_folding))
     if cache is not None:
         cache[graph] = (key, plan)
     return plan
 
 
-def constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
-    """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
-    its sources at run time if the GEMM does not fold it."""
+def _folded_computations(
+    ep: ExportedProgram,
+    gemm: Node,
+    positions: tuple[int, ...],
+    *,
+    options: FoldOptions,
+    facts: ProgramFacts,
+) -> dict[int, Optional[WeightComputation]]:
+    """{argument index: the computation the decision ladder folds, or None} of ``gemm``."""
+    computations: dict[int, Optional[WeightComputation]] = {}
+    for index in positions:
+        verdict = decide(
+            gemm,
+            index,
+            ep,
+            arg_positions=positions,
+            options=options,
+            stage=Stage.ATEN,
+            facts=facts,
+        )
+        computations[index] = verdict.computation if verdict is not None else None
+    return computations
+
+
+def _constant_or_foldable(
+    ep: ExportedProgram,
+    gemm: Node,
+    computations: dict[int, Optional[WeightComputation]],
+    written_buffers: frozenset[str],
+    index: int,
+) -> bool:
+    """Whether ``gemm``'s argument ``index`` is absent, a constant, or a computation that
+    folds (``computations``)."""
     arg = gemm.args[index] if index < len(gemm.args) else None
-    return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
+    if arg is None:
+        return True
+    if isinstance(arg, Node) and arg.op == "placeholder":
+        return is_constant_source(ep, arg, written_buffers)
+    return computations[index] is not None
 
 
-def input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set[Node]:
-    """The nodes computed at run time: from the program's inputs or from a buffer some
-    method writes. Unlike the fold rules' constant map, a dequantized weight is not one."""
-    signature = ep.graph_signature
-    written = written_buffers | set(signature.buffers_to_mutate.values())
-    starts = {
-        spec.arg.name
-        for spec in signature.input_specs
-        if spec.kind == InputKind.USER_INPUT
-        or (spec.kind == InputKind.BUFFER and spec.target in written)
-    }
-    found: set[Node] = set()
-    for node in ep.graph.nodes:
-        if node.op == "placeholder":
-            run_time = node.name in starts
-        else:
-            run_time = any(arg in found for arg in node.all_input_nodes)
-        if run_time:
-            found.add(node)
-    return found
+def _keeps_sources(
+    ep: ExportedProgram,
+    gemm: Node,
+    positions: tuple[int, ...],
+    declined: list[int],
+    run_time: set[Node],
+) -> bool:
+    """Whether ``gemm``, which does not fold its ``declined`` arguments (none: an argument
+    problem declines it whole), leaves constant computations reading their sources.
+
+    The edge configs apply the same argument and computation rules: this GEMM will not
+    fold its declined arguments, so their constant computations keep their sources. (Not
+    its other arguments: a quantized GEMM's weight is declined here, a dequantize, and
+    the edge configs still fold its bias.) An argument computed at run time where a
+    constant is needed (an addmm's residual bias) leaves the whole GEMM on portable: every
+    constant computation it reads keeps its sources. ``run_time``: the nodes computed at
+    run time (`input_dependent`)."""
+    whole = not declined or any(
+        isinstance(arg, Node) and arg in run_time
+        for arg in (gemm.args[i] for i in declined if i < len(gemm.args))
+    )
+    return any(constant_computation(ep, gemm, i) for i in (positions if whole else declined))
+
+
+def _kept_ops(computations: dict[int, Optional[WeightComputation]]) -> dict[str, OpOverload]:
+    """{node name: op} of the folded computations' nodes the decompositions would
+    change: what executorch must keep for the fold to evaluate eager's kernels."""
+    kept: dict[str, OpOverload] = {}
+    for computation in computations.values():
+        for member in computation.nodes if computation is not None else ():
+            op = op_overload(member.target)
+            if op is not None and keepable(op):
+                kept[member.name] = op
+    return kept
 
 
 def never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
@@ -348,7 +355,7 @@ def never_folds(node: Node, *, force_non_static_weights: bool) -> bool:
     non-contiguous batched activation (decomposed to expand + bmm, whose operands are
     not folded; a linear there still folds), and GEMMs XNNPACK declines for their
     shapes (`shapes_rejected`)."""
-    if force_non_static_weights and node.target in _FULLY_CONNECTED:
+    if force_non_static_weights and node.target in FULLY_CONNECTED_GEMMS:
         return True
     if shapes_rejected(node):
         return True

@@ -15,8 +15,14 @@ keep), and nothing else the decompositions rewrite can produce a kept op. The fo
 partitioner then returns no filter; otherwise it returns its filter and nothing changes.
 
 The stock part of that filter (`stock_ops_to_not_decompose`) asks configs the partitioner
-built for the question, and every op the partitioner keeps is marked (`mark_preserved`)
-so that partitioning can check it was delegated.
+built for the question, and every op the partitioner keeps is marked (`mark_preserved`).
+The mark is how partitioning learns which nodes of the edge program were kept for a fold
+(`kept_for_folds`): executorch's decompositions rename the nodes they keep
+(``_weight_norm_3`` becomes ``aten__weight_norm_default_3``) and copy only
+``node.meta["custom"]`` onto them, and an op alone does not tell a node kept for a fold
+from one a stock config kept. The partitioner reads it once per call and hands the names
+on as data: to the configs, for the decision ladder, and to the check that each kept node
+landed in a delegate.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from xnnfold.passes.analysis import op_overload
 __all__ = [
     "decomposed_ops",
     "filter_is_redundant",
+    "kept_for_folds",
     "mark_preserved",
     "stock_ops_to_not_decompose",
 ]
@@ -99,11 +106,21 @@ def filter_is_redundant(
 
 def mark_preserved(node: Node) -> None:
     """Mark ``node`` as kept undecomposed by the folding partitioner."""
-    # Recorded in "custom", the one meta dict the decompositions carry over, so partition()
-    # can check every kept op ended up in a delegate.
+    # Recorded in "custom", the one meta dict the decompositions carry over.
     custom = dict(node.meta.get(CUSTOM_META_KEY) or {})
     custom[PRESERVED_META_KEY] = True
     node.meta[CUSTOM_META_KEY] = custom
+
+
+def kept_for_folds(ep: ExportedProgram) -> frozenset[str]:
+    """Names of the nodes of ``ep``'s graph the folding partitioner kept undecomposed
+    for a fold (`mark_preserved`)."""
+    found: set[str] = set()
+    for node in ep.graph.nodes:
+        custom = node.meta.get(CUSTOM_META_KEY)
+        if isinstance(custom, dict) and custom.get(PRESERVED_META_KEY):
+            found.add(node.name)
+    return frozenset(found)
 
 
 def stock_ops_to_not_decompose(

@@ -21,10 +21,14 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
-from xnnfold.passes.analysis import constant_fqns, RoundDecisions, value_bytes
-from xnnfold.passes.partition._aten_plan import constant_computation
-from xnnfold.passes.partition._configs import FoldingGEMMMixin
+from xnnfold.passes.analysis import (
+    constant_computation,
+    constant_fqns,
+    RoundDecisions,
+    value_bytes,
+)
 from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
+from xnnfold.passes.partition._folding_config import FoldingGEMMMixin
 from xnnfold.passes.partition._grouping import DisjointSets
 
 __all__ = ["Matching", "match_once", "matched_to_fixed_point"]

@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Optional
+from typing import Final, Optional
 
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import (
-    CUSTOM_META_KEY,
     DELEGATION_TAG_META_KEY,
     FOLD_META_KEY,
     FOLD_OPTIONS_META_KEY,
     FOLD_SCALES_META_KEY,
     GROWTH_META_KEY,
     PARTITION_MARK_KEYS,
-    PRESERVED_META_KEY,
     REASON_CODE_META_KEY,
     REASON_META_KEY,
 )
@@ -34,10 +32,11 @@ from xnnfold.passes.analysis import is_gemm, op_overload, Rejection
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.report._reasons import module_path, reads_parameters
 
-__all__ = ["check_preserved_were_delegated", "record_reasons", "write_marks"]
+__all__ = ["PARTITIONER_LOGGER", "check_preserved_were_delegated", "record_reasons", "write_marks"]
 
-# The partitioner's warnings keep the logger name users configure and filter by.
-PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
+# The logger of every warning the partitioner gives, wherever it is written: the name
+# users configure and filter by, which stays when the modules behind it move.
+PARTITIONER_LOGGER: Final = "xnnfold.passes.partition._partitioner"
 logger = logging.getLogger(PARTITIONER_LOGGER)
 
 
@@ -73,16 +72,17 @@ def write_marks(ep: ExportedProgram, findings: Findings, options: FoldOptions) -
 
 
 def check_preserved_were_delegated(
-    ep: ExportedProgram, written_buffers: frozenset[str], options: FoldOptions
+    ep: ExportedProgram,
+    kept: frozenset[str],
+    written_buffers: frozenset[str],
+    options: FoldOptions,
 ) -> None:
-    """Raise when an op kept undecomposed to fold a weight ended up outside every
-    delegate: it has no portable kernel, so the program could not run."""
+    """Raise when an op kept undecomposed to fold a weight (a node of ``kept``) ended up
+    outside every delegate: it has no portable kernel, so the program could not run."""
     for node in ep.graph.nodes:
-        custom = node.meta.get(CUSTOM_META_KEY)
         if (
             node.op == "call_function"
-            and isinstance(custom, dict)
-            and custom.get(PRESERVED_META_KEY)
+            and node.name in kept
             and DELEGATION_TAG_META_KEY not in node.meta
         ):
             written = _written_buffers_read_by(node, ep, written_buffers, options)

@@ -48,6 +48,7 @@ from xnnfold.passes._ops import (
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import (
     analysis_scope,
+    constant_tensor,
     find_tied_tables,
     FIRST_ROUND,
     new_analysis_cache,
@@ -68,6 +69,7 @@ from xnnfold.passes.partition._configs import (
 )
 from xnnfold.passes.partition._decompositions import (
     filter_is_redundant,
+    kept_for_folds,
     mark_preserved,
     stock_ops_to_not_decompose,
 )
@@ -82,6 +84,7 @@ from xnnfold.passes.partition._grouping import (
 from xnnfold.passes.partition._matching import matched_to_fixed_point, Matching
 from xnnfold.passes.partition._outcome import (
     check_preserved_were_delegated,
+    PARTITIONER_LOGGER,
     record_reasons,
     write_marks,
 )
@@ -98,7 +101,7 @@ __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
 # decomposition (after lowering it asks again, about "EDGE" programs).
 _ATEN_DIALECT = "ATEN"
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger(PARTITIONER_LOGGER)
 
 # The config keywords of the stock partitioner that this one reads too.
 FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"
@@ -270,10 +273,10 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             )
 
     def _configs(
-        self, facts: ProgramFacts, decisions: RoundDecisions
+        self, facts: ProgramFacts, decisions: RoundDecisions, kept: frozenset[str] = frozenset()
     ) -> dict[str, PartitionerConfig]:
-        """This partitioner's configs, each folding one built anew with ``facts`` and
-        ``decisions``."""
+        """This partitioner's configs, each folding one built anew with ``facts``,
+        ``decisions`` and the nodes ``kept`` undecomposed for a fold."""
         return {
             name: type(config).build(
                 self._precisions,
@@ -282,6 +285,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 fold_options=self.options,
                 facts=facts,
                 decisions=decisions,
+                kept=kept,
             )
             if isinstance(config, FoldingGEMMMixin)
             else config
@@ -322,20 +326,22 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         it accepts still holds (`matched_to_fixed_point`). Writes nothing."""
         self._serve_this_thread()
         with analysis_scope(self._analysis):
-            return self._matched(ep, self._program_facts(self._facts)).groups
+            return self._matched(ep, self._program_facts(self._facts), kept_for_folds(ep)).groups
 
-    def _matched(self, ep: ExportedProgram, facts: ProgramFacts) -> Matching:
-        return matched_to_fixed_point(ep, lambda decisions: self._configs(facts, decisions))
+    def _matched(self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]) -> Matching:
+        return matched_to_fixed_point(ep, lambda decisions: self._configs(facts, decisions, kept))
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The partitions `partition` tags, with the fold marks written onto their GEMMs."""
         self._serve_this_thread()
         with analysis_scope(self._analysis):
-            partitions, _ = self._partitions(ep, self._program_facts(self._facts))
+            partitions, _ = self._partitions(
+                ep, self._program_facts(self._facts), kept_for_folds(ep)
+            )
         return partitions
 
     def _partitions(
-        self, ep: ExportedProgram, facts: ProgramFacts
+        self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]
     ) -> tuple[list[Partition], Findings]:
         """The final matching's partitions and findings, its marks written (`write_marks`).
 
@@ -346,7 +352,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         (`within_xnnpack_rank`): its runtime refuses to load them. Last, a clone that
         preprocess would turn into a pass-through output leaves its partition
         (`without_pass_through`): preprocess refuses those."""
-        matching = self._matched(ep, facts)
+        matching = self._matched(ep, facts, kept)
         write_marks(ep, matching.findings, self.options)
         groups = within_xnnpack_rank(matching.groups, matching.findings.folds)
         partitions = self._stock_partitions(ep, groups)
@@ -404,8 +410,11 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         preserved: dict[str, OpOverload] = {}
         if self.fold:
             preserved = self._plan(ep, facts).preserved
-        # The stock filter asks configs built with the facts known now.
-        ops, stock_filter = stock_ops_to_not_decompose(self._configs(facts, FIRST_ROUND), ep)
+        # The stock filter asks configs built with the facts known now, and with the nodes
+        # this plan keeps (the filter marks them only as executorch asks about each).
+        ops, stock_filter = stock_ops_to_not_decompose(
+            self._configs(facts, FIRST_ROUND, frozenset(preserved) | kept_for_folds(ep)), ep
+        )
         ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
         graph = ep.graph
 
@@ -437,8 +446,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         signature = ep.graph_signature
         tensors: dict[str, torch.Tensor] = {}
         for fqn in [*signature.parameters, *signature.buffers]:
-            tensor = ep.state_dict.get(fqn, ep.constants.get(fqn))
-            if isinstance(tensor, torch.Tensor):
+            tensor = constant_tensor(ep, fqn)
+            if tensor is not None:
                 tensors[fqn] = tensor
                 refs = [ref for ref in self._constant_tensors.get(fqn, []) if ref() is not None]
                 if not any(ref() is tensor for ref in refs):
@@ -492,18 +501,19 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # Every method's question has been asked (`_facts`): this lowering's facts are in.
         facts.start_partitioning()
         program_facts = self._program_facts(facts)
+        kept = kept_for_folds(exported_program)
         with (
             analysis_scope(self._analysis),
             collect_why_reasons(exported_program.graph_module) as stock_reasons,
         ):
-            partitions, findings = self._partitions(exported_program, program_facts)
+            partitions, findings = self._partitions(exported_program, program_facts, kept)
         result = tag_partitions(exported_program, partitions, self.delegation_spec)
         self._findings = findings
         if self.fold:
             if has_fold_marks(exported_program):
                 install_preprocess_hook()
             check_preserved_were_delegated(
-                exported_program, program_facts.written_buffers, self.options
+                exported_program, kept, program_facts.written_buffers, self.options
             )
         record_reasons(exported_program, stock_reasons, findings)
         if self.tie_tables:

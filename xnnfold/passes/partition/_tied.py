@@ -30,11 +30,12 @@ from xnnfold._meta import (
     REASON_META_KEY,
 )
 from xnnfold.passes.analysis import tied_across_methods, TiedTables
+from xnnfold.passes.partition._outcome import PARTITIONER_LOGGER
 
 __all__ = ["TIED_TABLE_WARNING", "tag_external", "tag_tied_tables", "tie_tables"]
 
 # The partitioner's warnings keep the logger name users configure and filter by.
-logger = logging.getLogger("xnnfold.passes.partition._partitioner")
+logger = logging.getLogger(PARTITIONER_LOGGER)
 
 # Said for each table stored once: the .pte alone no longer holds it. (The ``export``
 # command, which writes both files and says so, leaves it out.)

@@ -24,7 +24,12 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
 from xnnfold._meta import EXTERNAL_CONSTANT_TAG
-from xnnfold.passes.analysis import constant_fqns, external_tag, read_only_as_linear_weight
+from xnnfold.passes.analysis import (
+    constant_fqns,
+    constant_tensor,
+    external_tag,
+    read_only_as_linear_weight,
+)
 from xnnfold.passes.report._programs import methods, Program
 
 __all__ = ["SharedTable", "TableCopies", "TableStoredTwice", "table_copies"]
@@ -82,11 +87,6 @@ def _sha256(tensor: torch.Tensor) -> str:
     return hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
-def _tensor(ep: ExportedProgram, fqn: str) -> Optional[torch.Tensor]:
-    value = ep.state_dict.get(fqn, ep.constants.get(fqn))
-    return value if isinstance(value, torch.Tensor) else None
-
-
 def _lowered_modules(ep: ExportedProgram) -> Iterator[object]:
     for node in ep.graph.nodes:
         if node.op == "call_function" and node.target is executorch_call_delegate:
@@ -127,7 +127,7 @@ def _delegate_weights(ep: ExportedProgram, wanted: set[_Signature]) -> dict[str,
         fqns = constant_fqns(inner)
         for node in inner.graph.nodes:
             fqn = fqns.get(node.name) if node.op == "placeholder" else None
-            tensor = _tensor(inner, fqn) if fqn is not None else None
+            tensor = constant_tensor(inner, fqn) if fqn is not None else None
             if tensor is None or _signature(tensor) not in wanted:
                 continue
             key = _sha256(tensor)
@@ -147,7 +147,7 @@ def _program_copies(ep: ExportedProgram) -> Iterator[tuple[str, torch.Tensor, _L
     fqns = constant_fqns(ep)
     for node in ep.graph.nodes:
         fqn = fqns.get(node.name) if node.op == "placeholder" else None
-        tensor = _tensor(ep, fqn) if fqn is not None else None
+        tensor = constant_tensor(ep, fqn) if fqn is not None else None
         if tensor is None or all(user.target is executorch_call_delegate for user in node.users):
             continue
         yield fqn, tensor, external_tag(node)  # type: ignore[misc]

@@ -8,8 +8,11 @@ atomically, `_command` is the same rules as a ``python -m libcst.tool codemod`` 
 
 from typing import TYPE_CHECKING
 
-from xnnfold._lazy import lazy_attributes
+from xnnfold._lazy import lazy_exports
 
+# Each public name, from the module that defines it, imported on first access (PEP 562;
+# `lazy_exports` reads this block): the driver lives in this package, and
+# `xnnfold codemod --help` must not pay for libcst.
 if TYPE_CHECKING:
     from xnnfold.rewriter.codemod._api import (
         CodemodOptions,
@@ -20,18 +23,8 @@ if TYPE_CHECKING:
     from xnnfold.rewriter.codemod._command import XnnfoldCodemod
     from xnnfold.rewriter.codemod._rules import transform_source
 
-# Resolved on first access: the driver lives in this package, and `xnnfold codemod --help`
-# must not pay for libcst.
-_LAZY: dict[str, str] = {
-    "CodemodOptions": "xnnfold.rewriter.codemod._api",
-    "FileOutcome": "xnnfold.rewriter.codemod._api",
-    "Finding": "xnnfold.rewriter.codemod._api",
-    "UnparseableSource": "xnnfold.rewriter.codemod._api",
-    "XnnfoldCodemod": "xnnfold.rewriter.codemod._command",
-    "transform_source": "xnnfold.rewriter.codemod._rules",
-}
 
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+__getattr__, __dir__ = lazy_exports(__name__, __file__, globals())
 
 __all__ = [
     "CodemodOptions",

@@ -4,8 +4,9 @@ A finding's code names the rule that matched, so that a user can grep a report f
 filter ``--report`` JSON by one, or look one up in docs/codemod.md; the message beside it
 says what was seen and what the rewrite does. Every code the rules emit is one of the
 constants below (tests/codemod/test_codemod_codes.py checks that each is emitted by some
-fixture and documented). Codes are never reused or renumbered, and the reason codes of the
-folding partitioner (XNF5xx, ``xnnfold/passes/_codes.py``) never overlap them.
+fixture and documented). They are registered in the one registry of xnnfold's codes
+(`xnnfold._codes`, beside the folding partitioner's reason codes, XNF5xx), which refuses a
+code or a name used before; codes are never reused or renumbered.
 
 ``line:col`` of a finding are 1-based; ``Finding.rewritten`` says whether the new code
 changes the site.
@@ -13,27 +14,12 @@ changes the site.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["CODES", "CodemodCode"]
+from xnnfold._codes import family
+from xnnfold._codes import register as _code
 
-
-@dataclass(frozen=True)
-class CodemodCode:
-    code: str
-    name: str
-    summary: str
-
-
-CODES: Final[dict[str, CodemodCode]] = {}
-
-
-def _code(code: str, name: str, summary: str) -> CodemodCode:
-    registered = CodemodCode(code, name, summary)
-    CODES[code] = registered
-    return registered
-
+__all__ = ["CODES"]
 
 # Legacy hook-based norms (migrated to parametrizations).
 LEGACY_WEIGHT_NORM: Final = _code(
@@ -122,3 +108,6 @@ KEY_BY_KEY_LOADER: Final = _code(
     "checkpoint loader copying key by key from a model's own state_dict() keys: it would "
     "skip legacy weights silently after a migration; as XNF401",
 )
+
+# The codemod's codes, by code.
+CODES: Final = family("XNF1", "XNF2", "XNF3", "XNF4")

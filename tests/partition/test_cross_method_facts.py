@@ -179,12 +179,17 @@ def _lower(partitioners: dict[str, list[XnnpackFoldingPartitioner]]) -> tuple[An
         "forward": torch.export.export(_Forward(net), (torch.randn(3, 8),)),
     }
     edge = to_edge_transform_and_lower(programs, partitioner=partitioners)
+    return edge, _emitted(edge)
+
+
+def _emitted(edge: Any) -> bytes:
+    """The ``.pte`` of ``edge`` with ``gain`` initialized and shared by its methods."""
     config = ExecutorchBackendConfig(
         passes=[InitializedMutableBufferPass(["gain"])],
         memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True),
         emit_mutable_buffer_names=True,
     )
-    return edge, edge.to_executorch(config).buffer
+    return edge.to_executorch(config).buffer
 
 
 def _given_one_object() -> dict[str, list[XnnpackFoldingPartitioner]]:
@@ -248,12 +253,7 @@ def test_one_partitioner_knows_what_another_method_writes_under_a_shared_name() 
         "other": torch.export.export(_Other().eval(), (torch.randn(3, 8),)),
     }
     edge = to_edge_transform_and_lower(programs, partitioner=[XnnpackFoldingPartitioner()])
-    config = ExecutorchBackendConfig(
-        passes=[InitializedMutableBufferPass(["gain"])],
-        memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True),
-        emit_mutable_buffer_names=True,
-    )
-    program = Runtime.get().load_program(edge.to_executorch(config).buffer)
+    program = Runtime.get().load_program(_emitted(edge))
     forward, write = program.load_method("forward"), program.load_method("write")
     gain = torch.linspace(-2.0, 3.0, 8).reshape(8, 1)
     write.execute([gain])

@@ -3,7 +3,7 @@
 A user greps a report for a code and looks it up in docs/codemod.md, so the three must
 agree: every code the rules emit is one of ``xnnfold/rewriter/codemod/_codes.py``'s
 constants (no string literal elsewhere), every registered code is emitted by some rule
-fixture (``tests/fixtures/codemod``), and every registered code has a row in the doc's
+fixture (``tests/codemod/golden``), and every registered code has a row in the doc's
 table. Runs without torch (the codemod-only install).
 """
 

@@ -17,7 +17,7 @@ from xnnfold.rewriter import transform_source
 from xnnfold.rewriter.codemod._driver import run_codemod
 
 # The rule fixtures and their per-file options, as the rule tests read them.
-from tests.codemod.test_codemod_rules import _options, FIXTURES, INPUTS
+from tests.codemod.test_codemod_rules import _options, GOLDEN, INPUTS
 
 
 def _id(path: Path) -> str:
@@ -44,8 +44,8 @@ def test_report_only_matches_full_rewrite(path: Path) -> None:
 @pytest.mark.parametrize("mode", ["report", "check"])
 def test_driver_modes_agree_with_diff(mode: str) -> None:
     # Default options over every fixture; diff mode builds the bytes, the others do not.
-    diff = run_codemod([str(FIXTURES)], mode="diff", progress=False)
-    fast = run_codemod([str(FIXTURES)], mode=mode, progress=False)
+    diff = run_codemod([str(GOLDEN)], mode="diff", progress=False)
+    fast = run_codemod([str(GOLDEN)], mode=mode, progress=False)
     assert diff.changed  # some fixture rewrites under default options
     assert fast.changed == diff.changed
     assert fast.findings == diff.findings

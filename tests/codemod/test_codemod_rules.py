@@ -1,6 +1,6 @@
 """The codemod's per-file rules, one fixture file at a time.
 
-Each ``tests/fixtures/codemod/<rule>/<name>.in.py`` is run through `transform_source`;
+Each ``tests/codemod/golden/<rule>/<name>.in.py`` is run through `transform_source`;
 ``<name>.out.py`` is the expected rewrite (absent: the file must come back unchanged) and
 ``<name>.report.txt`` holds one expected finding per line as ``line:col: CODE message``
 prefixes, ``CODE*`` marking a rewritten site. A ``# codemod-options: key=true|false`` line
@@ -38,9 +38,9 @@ from xnnfold.rewriter.codemod._names import (
 if TYPE_CHECKING:
     import torch
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "codemod"
-INPUTS = sorted(FIXTURES.glob("*/*.in.py"))
-RULES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
+GOLDEN = Path(__file__).parent / "golden"
+INPUTS = sorted(GOLDEN.glob("*/*.in.py"))
+RULES = sorted(p.name for p in GOLDEN.iterdir() if p.is_dir() and not p.name.startswith("_"))
 _OPTIONS_RE = re.compile(r"^# codemod-options: (.*)$", re.M)
 
 
@@ -151,7 +151,7 @@ def test_unrelated_file_is_unchanged_and_silent() -> None:
 
 
 def test_weight_norm_migration_off_reports_only() -> None:
-    source = (FIXTURES / "legacy_weight_norm" / "removals.in.py").read_bytes()
+    source = (GOLDEN / "legacy_weight_norm" / "removals.in.py").read_bytes()
     outcome = transform_source(source, options=CodemodOptions(migrate_weight_norm=False))
     assert outcome.new_code is None
     assert {f.code for f in outcome.findings} == {"XNF101", "XNF102"}
@@ -229,8 +229,8 @@ def _exec(path: Path) -> ModuleType:
 def test_migrated_model_loads_legacy_checkpoint_with_same_outputs(tmp_path: Path) -> None:
     import torch
 
-    legacy = _exec(FIXTURES / "legacy_weight_norm" / "hifigan.in.py")
-    migrated = _exec(FIXTURES / "legacy_weight_norm" / "hifigan.out.py")
+    legacy = _exec(GOLDEN / "legacy_weight_norm" / "hifigan.in.py")
+    migrated = _exec(GOLDEN / "legacy_weight_norm" / "hifigan.out.py")
     torch.manual_seed(0)
     old = legacy.build_model().eval()
     assert any(k.endswith("weight_g") for k in old.state_dict())
@@ -253,7 +253,7 @@ def test_migrated_model_loads_legacy_checkpoint_with_same_outputs(tmp_path: Path
 @pytest.mark.parametrize("name", ["hifigan.in.py", "hifigan.out.py"])
 def test_removal_inside_except_value_error_works_before_and_after(name: str) -> None:
     """remove_parametrizations raises ValueError when absent, as remove_weight_norm did."""
-    module = _exec(FIXTURES / "legacy_weight_norm" / name)
+    module = _exec(GOLDEN / "legacy_weight_norm" / name)
     model = module.build_model()
     assert module.strip_post(model) is True
     assert module.strip_post(model) is False
@@ -265,12 +265,12 @@ def test_removal_passed_as_a_value_blocks_the_migration() -> None:
     parametrization's own submodules, where remove_parametrizations raises."""
     import torch
 
-    legacy = _exec(FIXTURES / "legacy_weight_norm" / "removal_callback.in.py")
+    legacy = _exec(GOLDEN / "legacy_weight_norm" / "removal_callback.in.py")
     legacy.strip(legacy.build())  # fine with the legacy hook
     conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(4, 4, 3))
     with pytest.raises(ValueError):
         conv.apply(lambda m: torch.nn.utils.parametrize.remove_parametrizations(m, "weight"))
-    outcome = _run(FIXTURES / "legacy_weight_norm" / "removal_callback.in.py")
+    outcome = _run(GOLDEN / "legacy_weight_norm" / "removal_callback.in.py")
     assert outcome.new_code is None
     assert all("passes the removal as a value" in f.message for f in outcome.findings)
 
@@ -303,8 +303,8 @@ def test_wired_export_lowers_like_xnnfold_and_matches_eager() -> None:
     import torch
 
     inputs = (torch.randn(3, 8),)
-    stock = _exec(FIXTURES / "export" / "wire.in.py").lower(_weight_normed_linear(), inputs)
-    wired = _exec(FIXTURES / "export" / "wire.out.py").lower(_weight_normed_linear(), inputs)
+    stock = _exec(GOLDEN / "export" / "wire.in.py").lower(_weight_normed_linear(), inputs)
+    wired = _exec(GOLDEN / "export" / "wire.out.py").lower(_weight_normed_linear(), inputs)
     assert wired == xnnfold.to_executorch(_weight_normed_linear(), inputs).buffer
     assert wired != stock
     model = _weight_normed_linear()
@@ -334,7 +334,7 @@ def test_command_flags_reach_the_rules(flags: list[str], changed: bool) -> None:
     parser = argparse.ArgumentParser()
     codemod_module.XnnfoldCodemod.add_args(parser)
     command = codemod_module.XnnfoldCodemod(CodemodContext(), **vars(parser.parse_args(flags)))
-    source = (FIXTURES / "legacy_weight_norm" / "removals.in.py").read_text()
+    source = (GOLDEN / "legacy_weight_norm" / "removals.in.py").read_text()
     updated = command.transform_module(cst.parse_module(source))
     assert (updated.code != source) is changed
     assert len(command.context.warnings) == 5
@@ -342,8 +342,8 @@ def test_command_flags_reach_the_rules(flags: list[str], changed: bool) -> None:
 
 
 def test_libcst_tool_runs_the_command(tmp_path: Path) -> None:
-    shutil.copy(FIXTURES / "legacy_weight_norm" / "hifigan.in.py", tmp_path / "model.py")
-    shutil.copy(FIXTURES / "legacy_keys" / "strings.in.py", tmp_path / "keys.py")
+    shutil.copy(GOLDEN / "legacy_weight_norm" / "hifigan.in.py", tmp_path / "model.py")
+    shutil.copy(GOLDEN / "legacy_keys" / "strings.in.py", tmp_path / "keys.py")
     result = subprocess.run(
         [
             sys.executable,
@@ -365,10 +365,10 @@ def test_libcst_tool_runs_the_command(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    expected = (FIXTURES / "legacy_weight_norm" / "hifigan.out.py").read_bytes()
+    expected = (GOLDEN / "legacy_weight_norm" / "hifigan.out.py").read_bytes()
     assert (tmp_path / "model.py").read_bytes() == expected
     assert (tmp_path / "keys.py").read_bytes() == (
-        FIXTURES / "legacy_keys" / "strings.in.py"
+        GOLDEN / "legacy_keys" / "strings.in.py"
     ).read_bytes()
     assert "XNF101 legacy torch.nn.utils.weight_norm: migrated" in result.stderr
     assert "XNF402 attribute .weight_g" in result.stderr

@@ -1,0 +1,311 @@
+"""The driver: worker processes with a timeout per phase, resumable JSON-lines results,
+and the command line every sweep script shares."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from _sweep._library import Library
+from _sweep._lowering import STOCK, XNNFOLD
+from _sweep._report import report
+from _sweep._results import (
+    CANDIDATE,
+    COMPUTED,
+    drop,
+    read_results,
+    SKIPPED,
+    TIMED_OUT,
+)
+from _sweep._worker import LOWER, SCREEN, serve
+
+DEFAULT_TIMEOUT = 150.0
+DEFAULT_LOWERING_TIMEOUT = 480.0
+# What a timed-out or dead phase records in its partitioner's entry.
+_TIMEOUT_ERROR = "timeout: lowering over {:.0f} s"
+_DIED_ERROR = "worker died lowering (a native crash, or out of memory)"
+
+
+@dataclass
+class _Outcome:
+    """What one worker said about one request: its result, or the phase it stopped in
+    (timed out, or the worker died), with the partitioners' entries it finished."""
+
+    result: Optional[dict[str, Any]] = None
+    phase: str = "screen"
+    died: bool = False
+    partials: dict[str, Any] = field(default_factory=dict)
+
+
+class _Worker:
+    """A worker process running the library's script with ``--worker``."""
+
+    def __init__(self, script: Path) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.process = subprocess.Popen(
+            [sys.executable, str(script), "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.put(line)
+        self.lines.put("")
+
+    def ask(self, request: dict[str, Any], timeout: float, lowering_timeout: float) -> _Outcome:
+        """Send ``request`` and wait: ``timeout`` seconds to build, export and screen,
+        ``lowering_timeout`` for each later phase."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        outcome = _Outcome()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                return outcome
+            if line == "":
+                outcome.died = True
+                return outcome
+            kind, _, text = line.rstrip("\n").partition(" ")
+            if kind == "PHASE":
+                outcome.phase = text
+                deadline = time.monotonic() + lowering_timeout
+            elif kind == "PARTIAL":
+                outcome.partials.update(json.loads(text))
+            elif kind == "RESULT":
+                outcome.result = json.loads(text)
+                return outcome
+            if time.monotonic() > deadline:
+                return outcome
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+class _Pool:
+    """One worker thread's worker process, replaced after one times out or dies."""
+
+    def __init__(self, script: Path, timeout: float, lowering_timeout: float) -> None:
+        self.script = script
+        self.timeout = timeout
+        self.lowering_timeout = lowering_timeout
+        self.current: Optional[_Worker] = None
+
+    def ask(self, request: dict[str, Any]) -> _Outcome:
+        if self.current is None:
+            self.current = _Worker(self.script)
+        outcome = self.current.ask(request, self.timeout, self.lowering_timeout)
+        if outcome.result is None:
+            self.close()
+        return outcome
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.stop()
+            self.current = None
+
+    def sweep(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``request``'s result line. A partitioner whose lowering times out or kills the
+        worker gets that as its entry, and a fresh worker lowers the class with the
+        others: a timeout applies to each partitioner alike, and is recorded for each."""
+        stopped: dict[str, Any] = {}
+        finished: dict[str, Any] = {}
+        started = time.perf_counter()
+        while True:
+            outcome = self.ask({**request, "skip": sorted(stopped)})
+            finished.update(outcome.partials)
+            if outcome.result is not None:
+                result = outcome.result
+                break
+            label = outcome.phase.removeprefix("lower ")
+            if outcome.phase == "screen":
+                reason = "worker died (a native crash, or out of memory)"
+                if not outcome.died:
+                    reason = "over the timeout, building or exporting"
+                stage = "worker died" if outcome.died else "timeout"
+                return {**_head(request), "status": SKIPPED, "stage": stage, "reason": reason}
+            if label in (XNNFOLD, STOCK):
+                error = (
+                    _DIED_ERROR if outcome.died else _TIMEOUT_ERROR.format(self.lowering_timeout)
+                )
+                stopped[label] = {"error": error, "timeout": not outcome.died}
+                if {XNNFOLD, STOCK} <= set(stopped) | set(finished):
+                    result = {**_head(request), "status": COMPUTED, "compared": True}
+                    break
+                continue
+            # Timing or the library's extra path stopped: what was lowered stands.
+            result = {**_head(request), "status": COMPUTED, "stopped": outcome.phase}
+            break
+        variants = {**finished, **result.get("variants", {}), **stopped}
+        if variants:
+            result["variants"] = variants
+        if any(entry.get("timeout") for entry in variants.values()):
+            result["status"] = TIMED_OUT
+        result["seconds"] = round(time.perf_counter() - started, 1)
+        return result
+
+
+def _head(request: dict[str, Any]) -> dict[str, Any]:
+    return {"class": request["class"], "module": request["module"]}
+
+
+def run(
+    library: Library,
+    classes: list[tuple[str, str]],
+    *,
+    timeout: float,
+    lowering_timeout: float,
+    jobs: int,
+    compare_all: bool,
+    screen_only: bool,
+) -> None:
+    """Sweep ``classes`` in ``jobs`` workers, appending to the library's results; a class
+    already there is skipped, unless only screened (`CANDIDATE`) and this run lowers.
+
+    Stock's partitioner (and the library's extra path) run for every class where
+    ``compare_all`` or `Library.stock_for_every_class`, else for the first class of each
+    group found with a computed-weight GEMM. A group one of whose classes timed out
+    lowering with both partitioners has its other classes screened only.
+    """
+    results = read_results(library.results)
+    compared = {r["module"] for r in results.values() if r.get("compared")}
+    done = {n for n, r in results.items() if screen_only or r["status"] != CANDIDATE}
+    pending = [(m, n) for m, n in classes if n not in done]
+    slow = {r["module"]: n for n, r in results.items() if _both_stopped(r)}
+    if not screen_only:
+        # Round-robin over groups: each group's first pending class, then each group's
+        # second, ...: a run stopped early has lowered as many architectures as it could.
+        turn: dict[str, int] = {}
+        ranked = []
+        for index, (group, name) in enumerate(pending):
+            turn[group] = turn.get(group, -1) + 1
+            ranked.append(((turn[group], index), (group, name)))
+        pending = [item for _, item in sorted(ranked)]
+    print(f"{len(classes)} classes, {len(classes) - len(pending)} already done", flush=True)
+    work: queue.Queue[tuple[int, str, str]] = queue.Queue()
+    for index, (group, name) in enumerate(pending, 1):
+        work.put((index, group, name))
+    lock = threading.Lock()
+    script = Path(sys.argv[0]).resolve()
+    every = compare_all or library.stock_for_every_class
+
+    def serve_queue(out: Any) -> None:
+        pool = _Pool(script, timeout, lowering_timeout)
+        while True:
+            try:
+                index, group, name = work.get_nowait()
+            except queue.Empty:
+                break
+            mode = SCREEN if screen_only or group in slow else LOWER
+            request = {"module": group, "class": name, "mode": mode}
+            request["compare"] = every or group not in compared
+            result = pool.sweep(request)
+            if group in slow and result["status"] == CANDIDATE:
+                result["reason"] = f"not lowered: {slow[group]}, of its group, timed out both ways"
+            with lock:
+                if result.get("compared") and result["status"] == COMPUTED:
+                    compared.add(group)
+                if _both_stopped(result):
+                    slow.setdefault(group, name)
+                out.write(json.dumps(result) + "\n")
+                out.flush()
+                print(
+                    f"[{index}/{len(pending)}] {name}: {result['status']}"
+                    f" {result.get('reason', '')[:100]} ({result.get('seconds', '-')} s)",
+                    flush=True,
+                )
+        pool.close()
+
+    with library.results.open("a") as out:
+        threads = [threading.Thread(target=serve_queue, args=(out,)) for _ in range(jobs)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+
+def _both_stopped(result: dict[str, Any]) -> bool:
+    variants = result.get("variants", {})
+    return all(variants.get(label, {}).get("timeout") for label in (XNNFOLD, STOCK))
+
+
+def main(library: Library) -> int:
+    """The command line of a sweep script over ``library``."""
+    parser = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or "").strip())
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--only", nargs="*", help="names to sweep")
+    parser.add_argument("--limit", type=int, help="at most this many")
+    parser.add_argument(
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to build and export"
+    )
+    parser.add_argument(
+        "--lowering-timeout",
+        type=float,
+        default=DEFAULT_LOWERING_TIMEOUT,
+        help="seconds for each later phase: each partitioner's lowering, the timing, ...",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
+    parser.add_argument(
+        "--compare-all",
+        action="store_true",
+        help="stock's partitioner (and the library's exporter) for every candidate",
+    )
+    parser.add_argument(
+        "--screen-only",
+        action="store_true",
+        help="build, export and screen; leave the lowerings to a later run",
+    )
+    parser.add_argument(
+        "--redo", nargs="*", default=[], help="redo the results at these stages or statuses"
+    )
+    parser.add_argument("--fresh", action="store_true", help="redo the names given")
+    parser.add_argument("--report", action="store_true", help="write the markdown only")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        return serve(library)
+    classes = library.discover()
+    if args.report:
+        library.table.write_text(report(library, read_results(library.results), classes))
+        return 0
+    classes = library.order(classes)
+    if args.only:
+        wanted = set(args.only)
+        classes = [c for c in classes if c[1] in wanted]
+    if args.limit:
+        classes = classes[: args.limit]
+    if args.redo:
+        redo = set(args.redo)
+        drop(library.results, lambda r: not ({r.get("stage"), r["status"]} & redo))
+    if args.fresh:
+        names = {n for _, n in classes}
+        drop(library.results, lambda r: r["class"] not in names)
+    run(
+        library,
+        classes,
+        timeout=args.timeout,
+        lowering_timeout=args.lowering_timeout,
+        jobs=args.jobs,
+        compare_all=args.compare_all,
+        screen_only=args.screen_only,
+    )
+    return 0

@@ -100,9 +100,25 @@ class _Maker:
         yield self.floats(1, bins, 3000)
         yield self.floats(16, dim)
 
+    def patches(self) -> tuple[Any, Any]:
+        """A Qwen-VL-style vision tower's inputs: flattened patches of a 4 x 4 grid of one
+        frame, and that grid (``grid_thw``)."""
+        config = self.config
+        merge = _int(find(config, "spatial_merge_size"), 2)
+        side = 2 * merge
+        width = (
+            _int(find(config, "in_channels") or find(config, "num_channels"), 3)
+            * _int(find(config, "temporal_patch_size"), 1)
+            * _int(find(config, "patch_size"), 14) ** 2
+        )
+        grid = self.torch.tensor([[1, side, side]])
+        return self.floats(side * side, width), grid
+
     def by_name(self, name: str, sequence: int) -> Any:
         """A tensor for ``forward`` argument ``name``: ids, a mask, pixels, features."""
         torch = self.torch
+        if name.endswith("grid_thw"):
+            return self.patches()[1]
         if name in ("bbox",):
             corners = torch.randint(0, 500, (1, sequence, 2), generator=self.generator)
             return torch.cat([corners, corners + 10], dim=-1)
@@ -151,6 +167,10 @@ def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
     else:
         yield {name: make.floats(1, SEQUENCE, make.hidden)}
         yield {name: make.ids()}
+    parameters = inspect.signature(model.forward).parameters
+    if "grid_thw" in parameters:
+        patches, grid = make.patches()
+        yield {next(iter(parameters)): patches, "grid_thw": grid}
 
 
 def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:

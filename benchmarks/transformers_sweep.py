@@ -117,6 +117,9 @@ _WIDTHS = frozenset(
     }
 )
 _SCALE = 4
+# Further widths the "scaled" level divides: attention's per-head sizes and low ranks
+# (multi-head latent attention's ``qk_rope_head_dim``, ``kv_lora_rank``, ...).
+_SCALED_SUFFIXES = ("head_dim", "_rank", "intermediate_size", "_hidden_size")
 # The configs tried in turn while the class fails to build or run eagerly.
 LEVELS = ("shrunk", "scaled", "counts", "default")
 
@@ -137,7 +140,7 @@ def _level_value(level: str, name: str, value: Any) -> Any:
         return type(value)(min(v, 1) if isinstance(v, int) else v for v in value)
     channels = name.endswith(_CHANNEL_SUFFIXES) and not any(w in name for w in _NOT_CHANNELS)
     if level == "scaled":
-        if name in _WIDTHS or channels:
+        if name in _WIDTHS or channels or name.endswith(_SCALED_SUFFIXES):
             return _scaled(value)
         return value
     if level != "shrunk":
@@ -159,8 +162,24 @@ def _scaled(value: Any) -> Any:
     return value
 
 
+def _own_backbone(config: Any) -> Any:
+    """A backbone config that asks for timm (DETR and its kin take one by default) as
+    transformers' ResNet with the same stages out: the other backbone the model's config
+    offers, which needs no timm (timm's torchvision does not load beside CPU torch)."""
+    from transformers import ResNetConfig
+
+    indices = getattr(config, "out_indices", None) or [1, 2, 3, 4]
+    return ResNetConfig(
+        num_channels=getattr(config, "num_channels", 3),
+        out_features=[f"stage{i}" for i in indices],
+    )
+
+
 def _at_level(config: Any, level: str) -> Any:
     """``config`` with its fields (and its sub-configs') set for ``level``."""
+    backbone = getattr(config, "backbone_config", None)
+    if getattr(backbone, "model_type", None) == "timm_backbone":
+        config.backbone_config = _own_backbone(backbone)
     for name, value in list(vars(config).items()):
         if name.startswith("_"):
             continue
@@ -172,9 +191,6 @@ def _at_level(config: Any, level: str) -> Any:
             # A property without a setter keeps its value.
             with contextlib.suppress(Exception):
                 setattr(config, name, new)
-    # A backbone the config can take from timm or from transformers: transformers'.
-    if getattr(config, "use_timm_backbone", False):
-        config.use_timm_backbone = False
     vocab = getattr(config, "vocab_size", None)
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         token = getattr(config, name, None)

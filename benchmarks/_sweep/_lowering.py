@@ -22,10 +22,10 @@ XNNFOLD, STOCK = "xnnfold", "stock"
 # A variant is wrong when its max abs diff against eager exceeds this, relative to the
 # largest eager output (at least 1).
 TOLERANCE = 1e-3
-# Interleaved calls of each program: at most `RUNS`, and fewer (down to `MIN_RUNS`) where
-# one round of calls takes more than `TIMING_BUDGET_S` / `RUNS` seconds.
+# Interleaved calls of each program: at most `RUNS`, fewer (an odd number, down to one)
+# where one round of calls takes more than `TIMING_BUDGET_S` / `RUNS` seconds: a program
+# that leaves its GEMMs on portable can take seconds a call.
 RUNS = 7
-MIN_RUNS = 3
 TIMING_BUDGET_S = 30.0
 
 
@@ -86,7 +86,9 @@ def lower_one(
         entry["data_files"] = [path.name for path in data]
     try:
         loaded = xnnfold.LoadedProgram(pte.read_bytes(), data_path=data[0] if data else None)
+        start = time.perf_counter()
         actual = loaded(list(args))
+        entry["first_ms"] = round((time.perf_counter() - start) * 1000, 3)
     except Exception as error:
         entry["error"] = f"load/run: {type(error).__name__}: {str(error)[:300]}"
         return entry, None
@@ -134,20 +136,28 @@ def through_partitioners(
         if loaded:
             announce("time")
             calls = {label: lambda run=run: run(list(args)) for label, run in loaded.items()}
-            for label, ms in interleaved(calls).items():
+            first = sum(variants[label]["first_ms"] for label in loaded) / 1000
+            for label, ms in interleaved(calls, first_round_s=first).items():
                 variants[label]["ms"] = ms
     return variants
 
 
-def interleaved(calls: dict[str, Callable[[], Any]]) -> dict[str, float]:
-    """The median ms of each call, timed in turn: the order alternates every round. One
-    untimed round first; then `RUNS` rounds, or fewer for slow programs."""
+def interleaved(
+    calls: dict[str, Callable[[], Any]], *, first_round_s: float | None = None
+) -> dict[str, float]:
+    """The median ms of each call, timed in turn: the order alternates every round.
+
+    ``first_round_s`` is how long one call of each took already (each was run once, so
+    warm); without it an untimed round measures that. Then `RUNS` rounds, or fewer for
+    slow programs.
+    """
     labels = list(calls)
-    start = time.perf_counter()
-    for label in labels:
-        calls[label]()
-    first = time.perf_counter() - start
-    runs = max(MIN_RUNS, min(RUNS, int(TIMING_BUDGET_S / max(first, 1e-9))))
+    if first_round_s is None:
+        start = time.perf_counter()
+        for label in labels:
+            calls[label]()
+        first_round_s = time.perf_counter() - start
+    runs = max(1, min(RUNS, int(TIMING_BUDGET_S / max(first_round_s, 1e-9))))
     if runs % 2 == 0:
         runs -= 1
     times: dict[str, list[float]] = {label: [] for label in calls}

@@ -175,8 +175,42 @@ def _own_backbone(config: Any) -> Any:
     )
 
 
+# Fields some configs leave None by default, which their models need set: the value
+# each gets (a config built from its class's defaults is otherwise not buildable).
+_REQUIRED = {
+    "vocab_size": 256,
+    "mask_token_id": 1,
+    "pad_token_id": 0,
+    "prediction_length": 4,
+    "context_length": 8,
+    "decoder_hidden_size": 32,
+    "decoder_depth": 1,
+    "decoder_num_heads": 2,
+    "n_routed_experts": 2,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 1,
+}
+
+
+def _complete(config: Any) -> None:
+    """Set the fields `_REQUIRED` names that ``config`` leaves None, and a None
+    ``head_dim`` to the hidden size over the heads, as the models that read it assume."""
+    for name, value in _REQUIRED.items():
+        if name in vars(config) and getattr(config, name) is None:
+            with contextlib.suppress(Exception):
+                setattr(config, name, value)
+    hidden, heads = (
+        getattr(config, "hidden_size", None),
+        getattr(config, "num_attention_heads", None),
+    )
+    if "head_dim" in vars(config) and config.head_dim is None and hidden and heads:
+        with contextlib.suppress(Exception):
+            config.head_dim = hidden // heads
+
+
 def _at_level(config: Any, level: str) -> Any:
     """``config`` with its fields (and its sub-configs') set for ``level``."""
+    _complete(config)
     backbone = getattr(config, "backbone_config", None)
     if getattr(backbone, "model_type", None) == "timm_backbone":
         config.backbone_config = _own_backbone(backbone)

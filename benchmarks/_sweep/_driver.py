@@ -30,6 +30,9 @@ from _sweep._worker import LOWER, SCREEN, serve
 
 DEFAULT_TIMEOUT = 150.0
 DEFAULT_LOWERING_TIMEOUT = 480.0
+# Errors of a worker whose address space the classes before filled (oneDNN's
+# "could not create a primitive" among them): the class is retried in a fresh worker.
+_OUT_OF_MEMORY = ("can't allocate memory", "could not create a primitive", "MemoryError")
 # What a timed-out or dead phase records in its partitioner's entry.
 _TIMEOUT_ERROR = "timeout: lowering over {:.0f} s"
 _DIED_ERROR = "worker died lowering (a native crash, or out of memory)"
@@ -124,6 +127,17 @@ class _Pool:
             self.current = None
 
     def sweep(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``request``'s result line; a class skipped for want of memory is retried once in
+        a fresh worker (an earlier class may have filled the worker's address space)."""
+        result = self._sweep(request)
+        if result["status"] == SKIPPED and any(
+            sign in result.get("reason", "") for sign in _OUT_OF_MEMORY
+        ):
+            self.close()
+            result = {**self._sweep(request), "retried": "in a fresh worker"}
+        return result
+
+    def _sweep(self, request: dict[str, Any]) -> dict[str, Any]:
         """``request``'s result line. A partitioner whose lowering times out or kills the
         worker gets that as its entry, and a fresh worker lowers the class with the
         others: a timeout applies to each partitioner alike, and is recorded for each."""

@@ -11,6 +11,7 @@ failed.
 from __future__ import annotations
 
 import contextlib
+import gc
 import tempfile
 import time
 from pathlib import Path
@@ -126,6 +127,8 @@ def through_partitioners(
                     break
                 if not (compare_stock or "error" in ours or wrong(ours) or ours["outside"]):
                     break
+            # The last lowering's edge program and buffers, freed before the next.
+            gc.collect()
             announce(f"lower {label}")
             directory = Path(files.enter_context(tempfile.TemporaryDirectory(prefix="sweep-")))
             entry, program = lower_one(label, export(), args, expected, directory)

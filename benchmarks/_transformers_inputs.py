@@ -16,8 +16,8 @@ from typing import Any, Iterator
 
 # Sequence length of token inputs and of generic feature sequences.
 SEQUENCE = 8
-# Audio samples: long enough for a wav2vec2-style feature encoder's strides (320) and an
-# x-vector's TDNN context.
+# Audio samples: a tenth of this first (a wav2vec2-style feature encoder's strides take
+# 400), then all of it (an x-vector's TDNN context needs more).
 SAMPLES = 16_000
 _SUB_CONFIGS = (
     "text_config",
@@ -143,6 +143,13 @@ def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
         name = name[0]
     if name == "input_ids":
         ids = make.ids()
+        codebooks = _int(find(config, "num_codebooks"), 0)
+        if type(model).__name__.endswith("ForMultipleChoice"):
+            # (batch, choices, sequence)
+            yield {"input_ids": ids.unsqueeze(1).expand(1, 2, SEQUENCE).contiguous()}
+        elif codebooks:
+            # A decoder over audio codebooks takes (batch x codebooks, sequence).
+            yield {"input_ids": make.ids().expand(codebooks, SEQUENCE).contiguous()}
         yield {"input_ids": ids}
         yield {"input_ids": ids, "pixel_values": make.pixels()}
         yield {"input_ids": ids, "attention_mask": make.torch.ones_like(ids)}
@@ -158,9 +165,10 @@ def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.video()}
         yield {name: make.video(), "input_ids": make.ids()}
     elif name in ("input_values", "audio_values", "waveform"):
+        yield {name: make.floats(1, SAMPLES // 10)}
         yield {name: make.floats(1, SAMPLES)}
+        yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
-        yield {name: make.floats(1, 1600)}
     elif name in ("input_features", "spectrogram", "audio_mel"):
         for features in make.features():
             yield {name: features}

@@ -93,6 +93,8 @@ _COUNT_CAPS = {
     **{n: v for n, v in _EXACT_CAPS.items() if "layer" in n or "experts" in n},
     "vocab_size": 256,
     "max_position_embeddings": 512,
+    # Layers that reuse an earlier layer's keys and values (Gemma 3n): none of two.
+    "num_kv_shared_layers": 0,
 }
 # Widths the "scaled" level divides, together, by `_SCALE` (heads and counts kept, so
 # every ratio and divisibility among them holds).
@@ -195,17 +197,29 @@ _REQUIRED = {
 def _complete(config: Any) -> None:
     """Set the fields `_REQUIRED` names that ``config`` leaves None, and a None
     ``head_dim`` to the hidden size over the heads, as the models that read it assume."""
+    fields = vars(config)
     for name, value in _REQUIRED.items():
-        if name in vars(config) and getattr(config, name) is None:
+        if name in fields and fields[name] is None:
             with contextlib.suppress(Exception):
                 setattr(config, name, value)
-    hidden, heads = (
-        getattr(config, "hidden_size", None),
-        getattr(config, "num_attention_heads", None),
-    )
-    if "head_dim" in vars(config) and config.head_dim is None and hidden and heads:
+    hidden, heads = fields.get("hidden_size"), fields.get("num_attention_heads")
+    if "head_dim" in fields and fields["head_dim"] is None and hidden and heads:
         with contextlib.suppress(Exception):
             config.head_dim = hidden // heads
+
+
+def _fit_layer_types(config: Any) -> None:
+    """A per-layer ``layer_types`` list longer than the capped layer count: each type
+    kept once (a model that checks which layer types produce and use a cache needs every
+    type), the layer count raised to the number of types where it is smaller."""
+    types, layers = getattr(config, "layer_types", None), getattr(config, "num_hidden_layers", None)
+    if not isinstance(types, list) or not isinstance(layers, int) or len(types) <= layers:
+        return
+    distinct = list(dict.fromkeys(types))
+    count = max(layers, len(distinct))
+    with contextlib.suppress(Exception):
+        config.num_hidden_layers = count
+        config.layer_types = distinct + distinct[-1:] * (count - len(distinct))
 
 
 def _at_level(config: Any, level: str) -> Any:
@@ -225,6 +239,7 @@ def _at_level(config: Any, level: str) -> Any:
             # A property without a setter keeps its value.
             with contextlib.suppress(Exception):
                 setattr(config, name, new)
+    _fit_layer_types(config)
     vocab = getattr(config, "vocab_size", None)
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         token = getattr(config, name, None)

@@ -191,14 +191,15 @@ def run(
     jobs: int,
     compare_all: bool,
     screen_only: bool,
+    extra: bool = True,
 ) -> None:
     """Sweep ``classes`` in ``jobs`` workers, appending to the library's results; a class
     already there is skipped, unless only screened (`CANDIDATE`) and this run lowers.
 
-    Stock's partitioner (and the library's extra path) run for every class where
-    ``compare_all`` or `Library.stock_for_every_class`, else for the first class of each
-    group found with a computed-weight GEMM. A group one of whose classes timed out
-    lowering with both partitioners has its other classes screened only.
+    Stock's partitioner (and, where ``extra``, the library's extra path) run for every
+    class where ``compare_all`` or `Library.stock_for_every_class`, else for the first
+    class of each group found with a computed-weight GEMM. A group one of whose classes
+    timed out lowering with both partitioners has its other classes screened only.
     """
     results = read_results(library.results)
     compared = {r["module"] for r in results.values() if r.get("compared")}
@@ -232,6 +233,7 @@ def run(
             mode = SCREEN if screen_only or group in slow else LOWER
             request = {"module": group, "class": name, "mode": mode}
             request["compare"] = every or group not in compared
+            request["extra"] = extra
             result = pool.sweep(request)
             if group in slow and result["status"] == CANDIDATE:
                 result["reason"] = f"not lowered: {slow[group]}, of its group, timed out both ways"
@@ -284,6 +286,11 @@ def main(library: Library) -> int:
         help="stock's partitioner (and the library's exporter) for every candidate",
     )
     parser.add_argument(
+        "--no-extra",
+        action="store_true",
+        help="leave out the library's second lowering path (transformers' exporter)",
+    )
+    parser.add_argument(
         "--screen-only",
         action="store_true",
         help="build, export and screen; leave the lowerings to a later run",
@@ -321,5 +328,6 @@ def main(library: Library) -> int:
         jobs=args.jobs,
         compare_all=args.compare_all,
         screen_only=args.screen_only,
+        extra=not args.no_extra,
     )
     return 0

@@ -104,7 +104,7 @@ def sweep_class(library: Library, request: dict[str, Any]) -> dict[str, Any]:
     ours = variants.get(XNNFOLD, {})
     if XNNFOLD in variants and not ours.get("computed") and "error" not in ours:
         return {**result, "status": NOT_COMPUTED}
-    if compare_stock and XNNFOLD not in skip:
+    if compare_stock and request.get("extra", True) and XNNFOLD not in skip:
         _say("PHASE", "extra")
         extra = library.extra_path(built, expected)
         if extra is not None:

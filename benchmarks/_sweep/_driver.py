@@ -19,6 +19,7 @@ from _sweep._library import Library
 from _sweep._lowering import STOCK, XNNFOLD
 from _sweep._report import report
 from _sweep._results import (
+    append,
     CANDIDATE,
     COMPUTED,
     drop,
@@ -223,7 +224,7 @@ def run(
     script = Path(sys.argv[0]).resolve()
     every = compare_all or library.stock_for_every_class
 
-    def serve_queue(out: Any) -> None:
+    def serve_queue() -> None:
         pool = _Pool(script, timeout, lowering_timeout)
         while True:
             try:
@@ -242,8 +243,7 @@ def run(
                     compared.add(group)
                 if _both_stopped(result):
                     slow.setdefault(group, name)
-                out.write(json.dumps(result) + "\n")
-                out.flush()
+                append(library.results, result)
                 print(
                     f"[{index}/{len(pending)}] {name}: {result['status']}"
                     f" {result.get('reason', '')[:100]} ({result.get('seconds', '-')} s)",
@@ -251,12 +251,11 @@ def run(
                 )
         pool.close()
 
-    with library.results.open("a") as out:
-        threads = [threading.Thread(target=serve_queue, args=(out,)) for _ in range(jobs)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+    threads = [threading.Thread(target=serve_queue) for _ in range(jobs)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def _both_stopped(result: dict[str, Any]) -> bool:

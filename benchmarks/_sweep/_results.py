@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,3 +32,14 @@ def drop(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
     if path.exists():
         lines = [line for line in path.read_text().splitlines() if keep(json.loads(line))]
         path.write_text("".join(line + "\n" for line in lines))
+
+
+def append(path: Path, result: dict[str, Any]) -> None:
+    """Append ``result`` to ``path`` as one line, in one ``write`` to a file opened for
+    appending: two drivers (a screen and a lowering run) can share one results file."""
+    line = (json.dumps(result) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)

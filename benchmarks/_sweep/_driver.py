@@ -22,7 +22,6 @@ from _sweep._results import (
     append,
     CANDIDATE,
     COMPUTED,
-    drop,
     read_results,
     SKIPPED,
     TIMED_OUT,
@@ -193,9 +192,11 @@ def run(
     compare_all: bool,
     screen_only: bool,
     extra: bool = True,
+    again: frozenset[str] | set[str] = frozenset(),
 ) -> None:
     """Sweep ``classes`` in ``jobs`` workers, appending to the library's results; a class
-    already there is skipped, unless only screened (`CANDIDATE`) and this run lowers.
+    already there is skipped, unless only screened (`CANDIDATE`) and this run lowers, or
+    named in ``again``.
 
     Stock's partitioner (and, where ``extra``, the library's extra path) run for every
     class where ``compare_all`` or `Library.stock_for_every_class`, else for the first
@@ -204,7 +205,11 @@ def run(
     """
     results = read_results(library.results)
     compared = {r["module"] for r in results.values() if r.get("compared")}
-    done = {n for n, r in results.items() if screen_only or r["status"] != CANDIDATE}
+    done = {
+        n
+        for n, r in results.items()
+        if n not in again and (screen_only or r["status"] != CANDIDATE)
+    }
     pending = [(m, n) for m, n in classes if n not in done]
     slow = {r["module"]: n for n, r in results.items() if _both_stopped(r)}
     if not screen_only:
@@ -313,15 +318,19 @@ def main(library: Library) -> int:
         classes = [c for c in classes if c[1] in wanted]
     if args.limit:
         classes = classes[: args.limit]
+    # Classes to sweep again: their new line supersedes the old (`read_results`), and the
+    # file is never rewritten, so a run beside another on the same file loses no line.
+    again: set[str] = set()
     if args.redo:
-        redo = set(args.redo)
-        drop(library.results, lambda r: not ({r.get("stage"), r["status"]} & redo))
+        stages = set(args.redo)
+        results = read_results(library.results)
+        again = {n for n, r in results.items() if {r.get("stage"), r["status"]} & stages}
     if args.fresh:
-        names = {n for _, n in classes}
-        drop(library.results, lambda r: r["class"] not in names)
+        again |= {n for _, n in classes}
     run(
         library,
         classes,
+        again=again,
         timeout=args.timeout,
         lowering_timeout=args.lowering_timeout,
         jobs=args.jobs,

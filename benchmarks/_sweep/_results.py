@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 # Statuses of a result line.
 SKIPPED = "skipped"  # out of reach: not built, fed or exported (its stage and reason say)
@@ -25,13 +25,6 @@ def read_results(path: Path) -> dict[str, dict[str, Any]]:
     if not path.exists():
         return {}
     return {r["class"]: r for r in (json.loads(line) for line in path.read_text().splitlines())}
-
-
-def drop(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
-    """Rewrite ``path`` with the result lines ``keep`` accepts."""
-    if path.exists():
-        lines = [line for line in path.read_text().splitlines() if keep(json.loads(line))]
-        path.write_text("".join(line + "\n" for line in lines))
 
 
 def append(path: Path, result: dict[str, Any]) -> None:

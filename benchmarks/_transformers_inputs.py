@@ -75,7 +75,13 @@ class _Maker:
         self.hidden = _int(find(config, "hidden_size") or find(config, "d_model"), 32)
 
     def ids(self, length: int = SEQUENCE) -> Any:
-        return self.torch.randint(1, self.vocab, (1, length), generator=self.generator)
+        """Token ids, ending in the end-of-sequence token where the config has one (a
+        sequence classifier pooling at it needs one)."""
+        ids = self.torch.randint(1, self.vocab, (1, length), generator=self.generator)
+        eos = find(self.config, "eos_token_id")
+        if isinstance(eos, int) and 0 <= eos < _int(find(self.config, "vocab_size"), 0):
+            ids[:, -1] = eos
+        return ids
 
     def floats(self, *shape: int) -> Any:
         return self.torch.randn(*shape, generator=self.generator)
@@ -172,6 +178,11 @@ def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
     elif name in ("input_features", "spectrogram", "audio_mel"):
         for features in make.features():
             yield {name: features}
+    elif name == "past_values":
+        # A time-series model: (batch, context length, channels).
+        context = _int(find(config, "context_length"), SEQUENCE)
+        channels = _int(find(config, "num_input_channels") or find(config, "input_size"), 1)
+        yield {name: make.floats(1, context, channels)}
     else:
         yield {name: make.floats(1, SEQUENCE, make.hidden)}
         yield {name: make.ids()}
@@ -211,7 +222,14 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
             channels = _int(find(model.config, "model_in_channels"), 64)
             (first,) = main.values()
             inputs["noise_sequence"] = make.floats(1, first.shape[1], channels)
-        for candidate in (inputs, _with_mask(inputs, parameters)):
+        if "bbox" in parameters and "input_ids" in inputs:
+            inputs.setdefault("bbox", make.by_name("bbox", sequence))
+        # Without decoder ids too, where forward does not require them: a model that
+        # shifts its input ids into decoder ids needs theirs to be as long.
+        alone = None
+        if "decoder_input_ids" in inputs and "decoder_input_ids" not in required:
+            alone = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}
+        for candidate in (inputs, _with_mask(inputs, parameters), alone):
             if candidate is not None and not any(_same(candidate, s) for s in seen):
                 seen.append(candidate)
                 yield candidate

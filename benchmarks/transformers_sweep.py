@@ -314,6 +314,10 @@ class Transformers(Library):
                         continue
                 model = cls(config).float().eval()
                 facts: dict[str, Any] = {"config": level}
+                languages = getattr(config, "languages", None)
+                if hasattr(model, "set_default_language") and languages:
+                    # A model with per-language adapters (X-MOD) runs one at a time.
+                    model.set_default_language(languages[0])
                 if hasattr(model, "apply_weight_norm"):
                     model.apply_weight_norm()
                     facts["weight_norm_applied"] = True

@@ -28,13 +28,18 @@ from _sweep._results import (
 )
 from _sweep._worker import LOWER, SCREEN, serve
 
+# Timeouts, in CPU seconds of the worker (`_Worker.ask`).
 DEFAULT_TIMEOUT = 150.0
 DEFAULT_LOWERING_TIMEOUT = 480.0
+# A phase also stops after this many times its timeout in wall seconds.
+WALL_FACTOR = 6.0
+# How often the driver looks at a worker's CPU time.
+_POLL_S = 2.0
 # Errors of a worker whose address space the classes before filled (oneDNN's
 # "could not create a primitive" among them): the class is retried in a fresh worker.
 _OUT_OF_MEMORY = ("can't allocate memory", "could not create a primitive", "MemoryError")
 # What a timed-out or dead phase records in its partitioner's entry.
-_TIMEOUT_ERROR = "timeout: lowering over {:.0f} s"
+_TIMEOUT_ERROR = "timeout: lowering over {:.0f} CPU s"
 _DIED_ERROR = "worker died lowering (a native crash, or out of memory)"
 
 
@@ -71,32 +76,41 @@ class _Worker:
             self.lines.put(line)
         self.lines.put("")
 
+    def cpu_seconds(self) -> float:
+        """The CPU seconds the worker has used (user and system, from /proc)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def ask(self, request: dict[str, Any], timeout: float, lowering_timeout: float) -> _Outcome:
-        """Send ``request`` and wait: ``timeout`` seconds to build, export and screen,
-        ``lowering_timeout`` for each later phase."""
+        """Send ``request`` and wait: ``timeout`` CPU seconds of the worker to build,
+        export and screen, ``lowering_timeout`` for each later phase; a phase also stops
+        after `WALL_FACTOR` times that in wall seconds (a worker that waits, or gets no
+        CPU). CPU time makes a timeout mean the same on a loaded machine as on an idle one."""
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         outcome = _Outcome()
-        deadline = time.monotonic() + timeout
+        limit, since, cpu_since = timeout, time.monotonic(), self.cpu_seconds()
         while True:
             try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
+                line = self.lines.get(timeout=_POLL_S)
             except queue.Empty:
-                return outcome
+                line = None
             if line == "":
                 outcome.died = True
                 return outcome
-            kind, _, text = line.rstrip("\n").partition(" ")
-            if kind == "PHASE":
-                outcome.phase = text
-                deadline = time.monotonic() + lowering_timeout
-            elif kind == "PARTIAL":
-                outcome.partials.update(json.loads(text))
-            elif kind == "RESULT":
-                outcome.result = json.loads(text)
-                return outcome
-            if time.monotonic() > deadline:
+            if line is not None:
+                kind, _, text = line.rstrip("\n").partition(" ")
+                if kind == "PHASE":
+                    outcome.phase = text
+                    limit, since, cpu_since = lowering_timeout, time.monotonic(), self.cpu_seconds()
+                elif kind == "PARTIAL":
+                    outcome.partials.update(json.loads(text))
+                elif kind == "RESULT":
+                    outcome.result = json.loads(text)
+                    return outcome
+            wall = time.monotonic() - since
+            if self.cpu_seconds() - cpu_since > limit or wall > WALL_FACTOR * limit:
                 return outcome
 
     def stop(self) -> None:
@@ -154,7 +168,7 @@ class _Pool:
             if outcome.phase == "screen":
                 reason = "worker died (a native crash, or out of memory)"
                 if not outcome.died:
-                    reason = "over the timeout, building or exporting"
+                    reason = f"over {self.timeout:.0f} CPU s, building or exporting"
                 stage = "worker died" if outcome.died else "timeout"
                 return {**_head(request), "status": SKIPPED, "stage": stage, "reason": reason}
             if label in (XNNFOLD, STOCK):
@@ -275,13 +289,13 @@ def main(library: Library) -> int:
     parser.add_argument("--only", nargs="*", help="names to sweep")
     parser.add_argument("--limit", type=int, help="at most this many")
     parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to build and export"
+        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="CPU seconds to build and export"
     )
     parser.add_argument(
         "--lowering-timeout",
         type=float,
         default=DEFAULT_LOWERING_TIMEOUT,
-        help="seconds for each later phase: each partitioner's lowering, the timing, ...",
+        help="CPU seconds for each later phase: each partitioner's lowering, the timing, ...",
     )
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument(

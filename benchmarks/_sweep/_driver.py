@@ -225,7 +225,7 @@ def run(
         if n not in again and (screen_only or r["status"] != CANDIDATE)
     }
     pending = [(m, n) for m, n in classes if n not in done]
-    slow = {r["module"]: n for n, r in results.items() if _both_stopped(r)}
+    slow = {r["module"]: n for n, r in results.items() if n not in again and _both_stopped(r)}
     if not screen_only:
         # Round-robin over groups: each group's first pending class, then each group's
         # second, ...: a run stopped early has lowered as many architectures as it could.

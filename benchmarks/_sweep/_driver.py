@@ -253,6 +253,7 @@ def run(
             mode = SCREEN if screen_only or group in slow else LOWER
             request = {"module": group, "class": name, "mode": mode}
             request["compare"] = every or group not in compared
+            request["always_stock"] = compare_all
             request["extra"] = extra
             result = pool.sweep(request)
             if group in slow and result["status"] == CANDIDATE:
@@ -301,7 +302,8 @@ def main(library: Library) -> int:
     parser.add_argument(
         "--compare-all",
         action="store_true",
-        help="stock's partitioner (and the library's exporter) for every candidate",
+        help="stock's partitioner (and the library's exporter) for every candidate, even "
+        "one whose lowering has no computed-weight GEMM (lowering times side by side)",
     )
     parser.add_argument(
         "--no-extra",

@@ -103,6 +103,7 @@ def through_partitioners(
     expected: list[Any],
     *,
     compare_stock: bool,
+    always_stock: bool = False,
     announce: Callable[[str], None],
     partial: Callable[[str, dict[str, Any]], None],
 ) -> dict[str, Any]:
@@ -112,7 +113,8 @@ def through_partitioners(
     Stock's lowering runs where ``compare_stock``, or where xnnfold's is absent (it timed
     out in an earlier worker), failed, is off from eager or left a computed-weight GEMM
     outside: what stock does there decides whether it counts against xnnfold. Stock is
-    not lowered where xnnfold's found no computed-weight GEMM. ``announce`` is told each
+    not lowered where xnnfold's found no computed-weight GEMM, unless ``always_stock``
+    (for the lowering times side by side). ``announce`` is told each
     phase before it starts (the driver's timeout is per phase), ``partial`` each entry as
     it is done (kept by the driver if a later phase times out).
     """
@@ -123,7 +125,7 @@ def through_partitioners(
         for label, export in programs.items():
             if label == STOCK and XNNFOLD in variants:
                 ours = variants[XNNFOLD]
-                if "error" not in ours and not ours["computed"]:
+                if "error" not in ours and not ours["computed"] and not always_stock:
                     break
                 if not (compare_stock or "error" in ours or wrong(ours) or ours["outside"]):
                     break

@@ -98,6 +98,7 @@ def sweep_class(library: Library, request: dict[str, Any]) -> dict[str, Any]:
         args,
         expected,
         compare_stock=compare_stock,
+        always_stock=bool(request.get("always_stock")),
         announce=lambda phase: _say("PHASE", phase),
         partial=lambda label, entry: _say("PARTIAL", json.dumps({label: entry})),
     )

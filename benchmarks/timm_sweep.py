@@ -35,6 +35,9 @@ HERE = Path(__file__).resolve().parent
 SIDES = (64, 96, 128, 160, 192)
 # Over this many parameters, the architecture is built with ``depth=2`` where it can be.
 MAX_PARAMETERS = 300_000_000
+# Over this many, an architecture that cannot be built shallower is not built at all: its
+# weights alone would fill a worker's address space (`_sweep._worker.WORKER_MEMORY`).
+MAX_WHOLE_PARAMETERS = 1_000_000_000
 
 
 class Timm(Library):
@@ -64,13 +67,22 @@ class Timm(Library):
             torch.manual_seed(0)
             model = None
             if size > MAX_PARAMETERS:
-                # A constructor without ``depth`` is built whole, if the memory cap allows.
-                with contextlib.suppress(TypeError):
+                # A constructor that takes no ``depth=2`` (or whose other per-block
+                # arguments then disagree) is built whole, if the memory cap allows.
+                with contextlib.suppress(Exception):
                     model = timm.create_model(name, pretrained=False, depth=2)
                     facts.update(depth=2, parameters_at_full_depth=size)
+            if model is None and size > MAX_WHOLE_PARAMETERS:
+                raise OutOfReach(
+                    "build",
+                    f"{size:,} parameters, more than a worker's memory holds, and its "
+                    "constructor builds no shallower copy with depth=2",
+                )
             if model is None:
                 model = timm.create_model(name, pretrained=False)
             model.eval()
+        except OutOfReach:
+            raise
         except Exception as error:
             raise OutOfReach("build", f"{type(error).__name__}: {error}") from error
         config = model.pretrained_cfg

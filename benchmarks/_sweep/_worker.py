@@ -44,8 +44,10 @@ def _message(error: BaseException) -> str:
 def sweep_class(library: Library, request: dict[str, Any]) -> dict[str, Any]:
     """One class's result line: built, exported and screened; where ``request["mode"]``
     is `LOWER` and the screen finds a candidate, lowered with the partitioners not in
-    ``request["skip"]`` (stock as `through_partitioners` decides, always where
-    ``request["compare"]``) and through the library's `Library.extra_path`."""
+    ``request["skip"]`` (stock as `through_partitioners` decides: where
+    ``request["compare"]``, and for every candidate where ``request["always_stock"]``)
+    and, unless ``request["extra"]`` is false, through the library's
+    `Library.extra_path`."""
     import torch
 
     import xnnfold

@@ -77,9 +77,11 @@ def lower_one(
         edge, (pte, *data) = _lowered(program, partitioner, directory)
     except Exception as error:
         entry["error"] = f"lower: {type(error).__name__}: {str(error)[:300]}"
-        return entry, None
+    # How long the lowering took, or took to fail (a stop both partitioners may share).
     entry["lower_s"] = round(time.perf_counter() - wall, 2)
     entry["lower_cpu_s"] = round(time.process_time() - cpu, 2)
+    if "error" in entry:
+        return entry, None
     entry.update(gemm_counts(edge))
     # What a device stores: the `.pte` and its `.ptd`, if any.
     entry["bytes"] = sum(path.stat().st_size for path in (pte, *data))

@@ -75,9 +75,15 @@ def computed(result: dict[str, Any]) -> int:
 
 
 def lowering_ratio(path: dict[str, Any]) -> float | None:
-    """xnnfold's lowering CPU time over stock's, where both lowered."""
+    """xnnfold's lowering CPU time over stock's, where both lowered (a lowering that
+    failed records its time too, not counted here)."""
     ours, stock = path.get(XNNFOLD, {}), path.get(STOCK, {})
-    if ours.get("lower_cpu_s") and stock.get("lower_cpu_s"):
+    if (
+        "bytes" in ours
+        and "bytes" in stock
+        and ours.get("lower_cpu_s")
+        and stock.get("lower_cpu_s")
+    ):
         return float(ours["lower_cpu_s"]) / float(stock["lower_cpu_s"])
     return None
 

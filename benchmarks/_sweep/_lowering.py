@@ -1,0 +1,176 @@
+"""Lowering a candidate with each partitioner, running it against eager and timing it.
+
+Each partitioner's entry records the computed-weight GEMMs `xnnfold.explain` finds, those
+left outside a delegate, the bytes a device stores (the ``.pte`` and its ``.ptd``), the
+max abs diff against eager through executorch.runtime, the lowering time (wall and CPU
+seconds of ``to_edge_transform_and_lower`` through `xnnfold.save`) and the median latency
+of calls interleaved with the other partitioner's program; or the error where one stage
+failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from _sweep._screen import compare
+
+XNNFOLD, STOCK = "xnnfold", "stock"
+# A variant is wrong when its max abs diff against eager exceeds this, relative to the
+# largest eager output (at least 1).
+TOLERANCE = 1e-3
+# Interleaved calls of each program: at most `RUNS`, fewer (an odd number, down to one)
+# where one round of calls takes more than `TIMING_BUDGET_S` / `RUNS` seconds: a program
+# that leaves its GEMMs on portable can take seconds a call.
+RUNS = 7
+TIMING_BUDGET_S = 30.0
+
+
+def wrong(entry: dict[str, Any]) -> bool:
+    """Whether a partitioner's program is off from eager beyond `TOLERANCE`."""
+    return "diff" in entry and entry["diff"] > TOLERANCE * max(1.0, entry.get("scale", 0.0))
+
+
+def gemm_counts(program: Any) -> dict[str, Any]:
+    """What `xnnfold.explain` finds in a lowered ``program``: GEMMs with a computed weight
+    or bias, those folded, and those left outside a delegate (module and reason code)."""
+    import xnnfold
+
+    report = xnnfold.explain(program)
+    return {
+        "computed": sum(1 for row in report.rows if row.computed),
+        "folded": sum(1 for row in report.rows if row.folded),
+        "outside": [
+            f"{row.module} ({row.code or 'no code'})" for row in report.outside if row.computed
+        ],
+    }
+
+
+def _lowered(ep: Any, partitioner: Any, directory: Path) -> tuple[Any, tuple[Path, ...]]:
+    """The edge program and the files `xnnfold.save` writes to ``directory``: the `.pte`,
+    then the `.ptd` a program with a tied table needs (docs/tied-tables.md)."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    import xnnfold
+
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    return edge, xnnfold.save(edge.to_executorch(), directory / "model.pte")
+
+
+def lower_one(
+    label: str, program: Any, args: tuple[Any, ...], expected: list[Any], directory: Path
+) -> tuple[dict[str, Any], Any]:
+    """``program`` (an ExportedProgram) lowered with ``label``'s partitioner into
+    ``directory``: its entry, and the loaded program (None where a stage failed)."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+    import xnnfold
+
+    partitioner = xnnfold.XnnpackFoldingPartitioner() if label == XNNFOLD else XnnpackPartitioner()
+    entry: dict[str, Any] = {}
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        edge, (pte, *data) = _lowered(program, partitioner, directory)
+    except Exception as error:
+        entry["error"] = f"lower: {type(error).__name__}: {str(error)[:300]}"
+    # How long the lowering took, or took to fail (a stop both partitioners may share).
+    entry["lower_s"] = round(time.perf_counter() - wall, 2)
+    entry["lower_cpu_s"] = round(time.process_time() - cpu, 2)
+    if "error" in entry:
+        return entry, None
+    entry.update(gemm_counts(edge))
+    # What a device stores: the `.pte` and its `.ptd`, if any.
+    entry["bytes"] = sum(path.stat().st_size for path in (pte, *data))
+    if data:
+        entry["data_files"] = [path.name for path in data]
+    try:
+        loaded = xnnfold.LoadedProgram(pte.read_bytes(), data_path=data[0] if data else None)
+        start = time.perf_counter()
+        actual = loaded(list(args))
+        entry["first_ms"] = round((time.perf_counter() - start) * 1000, 3)
+    except Exception as error:
+        entry["error"] = f"load/run: {type(error).__name__}: {str(error)[:300]}"
+        return entry, None
+    entry["diff"], entry["scale"] = compare(actual, expected)
+    return entry, loaded
+
+
+def through_partitioners(
+    programs: dict[str, Callable[[], Any]],
+    args: tuple[Any, ...],
+    expected: list[Any],
+    *,
+    compare_stock: bool,
+    always_stock: bool = False,
+    announce: Callable[[str], None],
+    partial: Callable[[str, dict[str, Any]], None],
+) -> dict[str, Any]:
+    """Each partitioner's entry, lowering ``programs`` (label -> a function exporting the
+    program that partitioner takes) in order, xnnfold's first.
+
+    Stock's lowering runs where ``compare_stock``, or where xnnfold's is absent (it timed
+    out in an earlier worker), failed, is off from eager or left a computed-weight GEMM
+    outside: what stock does there decides whether it counts against xnnfold. Stock is
+    not lowered where xnnfold's found no computed-weight GEMM, unless ``always_stock``
+    (for the lowering times side by side). ``announce`` is told each
+    phase before it starts (the driver's timeout is per phase), ``partial`` each entry as
+    it is done (kept by the driver if a later phase times out).
+    """
+    variants: dict[str, Any] = {}
+    loaded: dict[str, Any] = {}
+    # The programs' files live until the timings are done.
+    with contextlib.ExitStack() as files:
+        for label, export in programs.items():
+            if label == STOCK and XNNFOLD in variants:
+                ours = variants[XNNFOLD]
+                if "error" not in ours and not ours["computed"] and not always_stock:
+                    break
+                if not (compare_stock or "error" in ours or wrong(ours) or ours["outside"]):
+                    break
+            # The last lowering's edge program and buffers, freed before the next.
+            gc.collect()
+            announce(f"lower {label}")
+            directory = Path(files.enter_context(tempfile.TemporaryDirectory(prefix="sweep-")))
+            entry, program = lower_one(label, export(), args, expected, directory)
+            variants[label] = entry
+            partial(label, entry)
+            if program is not None:
+                loaded[label] = program
+        if loaded:
+            announce("time")
+            calls = {label: lambda run=run: run(list(args)) for label, run in loaded.items()}
+            first = sum(variants[label]["first_ms"] for label in loaded) / 1000
+            for label, ms in interleaved(calls, first_round_s=first).items():
+                variants[label]["ms"] = ms
+    return variants
+
+
+def interleaved(
+    calls: dict[str, Callable[[], Any]], *, first_round_s: float | None = None
+) -> dict[str, float]:
+    """The median ms of each call, timed in turn: the order alternates every round.
+
+    ``first_round_s`` is how long one call of each took already (each was run once, so
+    warm); without it an untimed round measures that. Then `RUNS` rounds, or fewer for
+    slow programs.
+    """
+    labels = list(calls)
+    if first_round_s is None:
+        start = time.perf_counter()
+        for label in labels:
+            calls[label]()
+        first_round_s = time.perf_counter() - start
+    runs = max(1, min(RUNS, int(TIMING_BUDGET_S / max(first_round_s, 1e-9))))
+    if runs % 2 == 0:
+        runs -= 1
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    for run in range(runs):
+        for label in labels if run % 2 == 0 else list(reversed(labels)):
+            start = time.perf_counter()
+            calls[label]()
+            times[label].append((time.perf_counter() - start) * 1000)
+    return {label: round(sorted(samples)[len(samples) // 2], 3) for label, samples in times.items()}

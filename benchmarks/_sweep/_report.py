@@ -1,0 +1,283 @@
+"""The markdown report of a sweep, from its JSON-lines results.
+
+What counts against xnnfold (`problems`): a program off from eager where stock's is not,
+a lowering that fails where stock's succeeds, a program that lowers but does not load
+where stock's loads, a computed-weight GEMM outside a delegate without a reason code.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import statistics
+from typing import Any
+
+from _sweep._library import Library
+from _sweep._lowering import STOCK, wrong, XNNFOLD
+from _sweep._results import (
+    CANDIDATE,
+    COMPUTED,
+    LOWERED,
+    NOT_A_MODEL,
+    SCREENED,
+    SKIPPED,
+    TIMED_OUT,
+)
+
+# Rows of the out-of-reach table (the most common reasons).
+_REASON_ROWS = 30
+
+
+def problems(result: dict[str, Any]) -> list[str]:
+    """What the sweep counts against xnnfold in one class's result, through the folding
+    partitioner and through the library's extra path."""
+    found = []
+    for where, path in (
+        ("", result.get("variants", {})),
+        (" (exporter)", result.get("exporter", {})),
+    ):
+        ours, stock = path.get(XNNFOLD, {}), path.get(STOCK, {})
+        error = ours.get("error", "")
+        # Unloadable as stock's program is (the same ops on portable: a missing kernel) is
+        # not xnnfold's; unloadable where stock's loads, or where stock does not lower, is.
+        if ours.get("timeout"):
+            if stock and "error" not in stock:
+                found.append(f"timeout where stock lowers{where}")
+        elif _unloadable(ours) and not _unloadable(stock):
+            found.append(f"unloadable{where}")
+        elif error and not stock.get("error"):
+            found.append(f"crash where stock lowers{where}")
+        # Off as far as stock is, the difference is not xnnfold's.
+        if wrong(ours) and not (wrong(stock) and ours["diff"] <= stock["diff"] * 1.001):
+            found.append(f"wrong{where}")
+        if any(row.endswith("(no code)") for row in ours.get("outside", [])):
+            found.append(f"outside without a code{where}")
+    return found
+
+
+def _unloadable(entry: dict[str, Any]) -> bool:
+    error = entry.get("error", "")
+    return error.startswith("load/run") or "Failed to load" in error
+
+
+def computed(result: dict[str, Any]) -> int:
+    """Computed-weight GEMMs `explain` found, through either path (0 when neither lowered):
+    those xnnfold saw, or those stock left outside."""
+    return max(
+        (
+            len(entry.get("outside", [])) if label == STOCK else entry.get("computed", 0)
+            for path in ("variants", "exporter")
+            for label, entry in result.get(path, {}).items()
+            if isinstance(entry, dict)
+        ),
+        default=0,
+    )
+
+
+def lowering_ratio(path: dict[str, Any]) -> float | None:
+    """xnnfold's lowering CPU time over stock's, where both lowered (a lowering that
+    failed records its time too, not counted here)."""
+    ours, stock = path.get(XNNFOLD, {}), path.get(STOCK, {})
+    if (
+        "bytes" in ours
+        and "bytes" in stock
+        and ours.get("lower_cpu_s")
+        and stock.get("lower_cpu_s")
+    ):
+        return float(ours["lower_cpu_s"]) / float(stock["lower_cpu_s"])
+    return None
+
+
+def _cell(entry: dict[str, Any], key: str, fmt: str) -> str:
+    if "error" in entry and key not in entry:
+        return "timeout" if entry.get("timeout") else "error"
+    value = entry.get(key)
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return str(len(value))
+    return format(value, fmt)
+
+
+def _error_cell(entry: dict[str, Any]) -> str:
+    error = entry.get("error")
+    return "" if not error else error.replace("|", "/").replace("\n", " ")[:90]
+
+
+def table_head(noun: str) -> list[str]:
+    """The head and rule of a table of `row`s."""
+    return [_HEAD.format(noun=noun), _RULE]
+
+
+_HEAD = (
+    "| {noun} | GEMMs | outside stock / xnnfold | diff stock / xnnfold | bytes stock / "
+    "xnnfold | ms stock / xnnfold | lowering s stock / xnnfold (ratio) | problems |"
+)
+_RULE = "|---|---|---|---|---|---|---|---|"
+
+
+def row(name: str, path: dict[str, Any], flagged: list[str]) -> str:
+    """One table row: stock's and xnnfold's cells side by side."""
+    stock, ours = path.get(STOCK, {}), path.get(XNNFOLD, {})
+    if "error" in stock and "error" in ours and not flagged and not ours.get("timeout"):
+        return f"| {name} | both stop (below) | - | - | - | - | - | none |"
+    scale = ours.get("scale", stock.get("scale"))
+    ratio = lowering_ratio(path)
+    return (
+        f"| {name} | {_cell(ours, 'computed', 'd')} / {_cell(ours, 'folded', 'd')} "
+        f"| {_cell(stock, 'outside', '')} / {_cell(ours, 'outside', '')} "
+        f"| {_cell(stock, 'diff', '.1e')} / {_cell(ours, 'diff', '.1e')}"
+        f"{f' ({scale:.1e})' if scale is not None else ''} "
+        f"| {_cell(stock, 'bytes', ',d')} / {_cell(ours, 'bytes', ',d')} "
+        f"| {_cell(stock, 'ms', '.2f')} / {_cell(ours, 'ms', '.2f')} "
+        f"| {_cell(stock, 'lower_cpu_s', '.1f')} / {_cell(ours, 'lower_cpu_s', '.1f')}"
+        f"{f' ({ratio:.2f}x)' if ratio is not None else ''} "
+        f"| {', '.join(flagged) or 'none'} |"
+    )
+
+
+def _ratios(results: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    return sorted(
+        (ratio, r["class"])
+        for r in results
+        for ratio in [lowering_ratio(r.get("variants", {}))]
+        if ratio is not None
+    )
+
+
+def report(
+    library: Library, results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]
+) -> str:
+    """The markdown report: counts, the table of the classes with a computed-weight GEMM,
+    the lowering times, the classes out of reach and why."""
+    noun = library.noun
+    names = {n for _, n in classes}
+    seen = {n: r for n, r in results.items() if n in names and r["status"] != NOT_A_MODEL}
+    not_models = sum(1 for n, r in results.items() if n in names and r["status"] == NOT_A_MODEL)
+    counts = collections.Counter(r["status"] for r in seen.values())
+    reached = sum(1 for r in seen.values() if r["status"] in SCREENED)
+    lowered = [r for r in seen.values() if r["status"] in LOWERED]
+    found = sorted(
+        (r for r in lowered if computed(r) or problems(r) or r["status"] == TIMED_OUT),
+        key=lambda r: r["class"],
+    )
+    unread = sorted(
+        (r for r in lowered if r["status"] == COMPUTED and r not in found),
+        key=lambda r: r["class"],
+    )
+    flagged = {r["class"]: problems(r) for r in found}
+    totals = collections.Counter(
+        p.replace(" (exporter)", "") for ps in flagged.values() for p in ps
+    )
+    ratios = _ratios(list(seen.values()))
+    lines = [
+        f"# {library.title} swept for computed-weight GEMMs",
+        "",
+        f"Written by `{library.results.name.replace('_results.jsonl', '.py')} --report` from "
+        f"`{library.results.name}` (the commands are in benchmarks/README.md). "
+        f"{library.versions()}. {library.method()} Latency is the median of interleaved calls "
+        "through executorch.runtime on a shared 2-core machine (compare within a row only); "
+        "lowering time is the CPU seconds of `to_edge_transform_and_lower` through "
+        "`xnnfold.save`, one thread.",
+        "",
+        f"- {library.nouns} found: {len(classes)}",
+    ]
+    if not_models:
+        lines.append(f"  - not model classes: {not_models}")
+    lines += [
+        f"- tried: {len(seen)}; built, fed, exported and screened: {reached} "
+        f"({100 * reached / max(1, len(seen)):.1f}%)",
+    ]
+    for status, count in sorted(counts.items()):
+        lines.append(f"  - {status}: {count}")
+    lines += [
+        f"- candidates lowered: {len(lowered)}",
+        f"- {library.nouns} with a computed-weight GEMM (`explain`, either path): "
+        f"{sum(1 for r in found if computed(r))}",
+        f"  - wrong against eager: {totals['wrong']}",
+        f"  - crashes where stock lowers: {totals['crash where stock lowers']}",
+        f"  - lower but cannot load (where stock's program loads, or stock's does not "
+        f"lower): {totals['unloadable']}",
+        f"  - computed-weight GEMMs outside without a code: {totals['outside without a code']}",
+        f"  - xnnfold over the lowering timeout where stock lowers: "
+        f"{totals['timeout where stock lowers']}",
+    ]
+    if ratios:
+        worst, worst_name = ratios[-1]
+        lines.append(
+            f"- lowering time xnnfold/stock: median {statistics.median(r for r, _ in ratios):.2f}, "
+            f"worst {worst:.2f} ({worst_name}), over the {len(ratios)} {library.nouns} lowered both ways"
+        )
+    lines += [
+        f"- a GEMM-like op reads a computed tensor, but no lowering to read: {len(unread)}",
+        "",
+        "## Through torch.export and the partitioners",
+        "",
+        "`torch.export` (`strict=False`), then `to_edge_transform_and_lower` with the stock "
+        "`XnnpackPartitioner` or with `XnnpackFoldingPartitioner` (after "
+        "`prepare_for_xnnpack`). GEMMs: with a computed weight or bias / folded by xnnfold. "
+        "Outside: computed-weight GEMMs left on portable. Diff: max abs against eager "
+        "through executorch.runtime (the largest eager output in brackets); bytes: the "
+        "`.pte` and its `.ptd`, if any. Stock's columns are `-` where it was not lowered "
+        "(another class of the same group has them, and xnnfold's program lowered, matched "
+        "eager and left nothing outside); `timeout` where the lowering took over the "
+        "timeout.",
+        "",
+        *table_head(noun),
+    ]
+    lines += [row(r["class"], r.get("variants", {}), flagged[r["class"]]) for r in found]
+    lines += library.extra_report(found)
+    errors = [
+        (r["class"], f"{path} {label}", _error_cell(e))
+        for r in found
+        for path in ("variants", "exporter")
+        for label, e in r.get(path, {}).items()
+        if isinstance(e, dict) and "error" in e
+    ]
+    if errors:
+        lines += ["", "Errors in the tables above (both ways alike unless a problem says):", ""]
+        lines += [
+            f"- {name}, {where.replace('variants', 'partitioner')}: {error}"
+            for name, where, error in errors
+        ]
+    if unread:
+        lines += [
+            "",
+            "## A GEMM-like op reads a computed tensor, but nothing lowered to read",
+            "",
+            "Neither partitioner lowered these, or `explain` found no computed-weight GEMM "
+            "in what did lower:",
+            "",
+        ]
+        lines += [
+            f"- {r['class']}: {_error_cell(r.get('variants', {}).get(XNNFOLD, {})) or 'none found'}"
+            for r in unread
+        ]
+    waiting = sorted(n for n, r in seen.items() if r["status"] == CANDIDATE)
+    if waiting:
+        lines += [
+            "",
+            "## Candidates not lowered yet",
+            "",
+            "A GEMM-like op of the exported program reads a tensor computed from "
+            "constants; the run ended before these were lowered (a rerun without "
+            f"`--screen-only` lowers them): {', '.join(waiting)}.",
+        ]
+    lines += _out_of_reach(library.nouns, [r for r in seen.values() if r["status"] == SKIPPED])
+    return "\n".join(lines) + "\n"
+
+
+def _out_of_reach(nouns: str, skipped: list[dict[str, Any]]) -> list[str]:
+    reasons: collections.Counter[str] = collections.Counter()
+    for r in skipped:
+        reason = re.sub(r"[\d,]+", "N", r.get("reason", ""))
+        reason = reason.replace("RuntimeError: ", "", 1) if reason.count(":") > 1 else reason
+        reasons[f"{r.get('stage')}: {reason[:80].replace('|', '/')}"] += 1
+    lines = ["", f"## {nouns.capitalize()} out of reach (build, inputs, export, timeout)", ""]
+    lines += [f"| stage: error | {nouns} |", "|---|---|"]
+    common = reasons.most_common(_REASON_ROWS)
+    lines += [f"| {reason} | {count} |" for reason, count in common]
+    rest = sum(reasons.values()) - sum(count for _, count in common)
+    if rest:
+        lines.append(f"| other reasons (in the JSONL) | {rest} |")
+    return lines

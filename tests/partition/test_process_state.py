@@ -15,8 +15,8 @@ from torch.nn.utils.parametrizations import weight_norm
 from xnnfold import prepare_for_xnnpack
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.passes.partition._configs import FoldingConvolutionConfig
+from xnnfold.passes.partition._outcome import PARTITIONER_LOGGER
 
-CONFIGS_LOGGER = "xnnfold.passes.partition._configs"
 STORED_TWICE = "is folded although its sources are also kept for another reader"
 
 
@@ -63,7 +63,7 @@ def test_the_stored_twice_warning_is_said_once_per_lowering(
             "b": torch.export.export(_StoresTheDirection(shared), (x,)),
         }
         caplog.clear()
-        with caplog.at_level(logging.WARNING, logger=CONFIGS_LOGGER):
+        with caplog.at_level(logging.WARNING, logger=PARTITIONER_LOGGER):
             to_edge_transform_and_lower(programs, partitioner=partitioners)
         counts.append(sum(STORED_TWICE in record.getMessage() for record in caplog.records))
     assert counts == [1, 1]

@@ -135,11 +135,8 @@ def _sources(folder: Path) -> dict[Path, str]:
 
 # The one place each kind of ambient state is allowed, and why (docs/architecture.md,
 # "Process state").
-CONTEXT_VARIABLES: Final = {
-    # The open analysis scope: which cache of per-graph sweeps the partitioner's or the
-    # fold pass's calls fill (a memo, no input); to be handed on as an argument instead.
-    "passes/analysis/_scope.py",
-}
+# None: the analysis caches are handed down as arguments (`AnalysisCache`).
+CONTEXT_VARIABLES: Final[frozenset[str]] = frozenset()
 THREAD_LOCALS: Final = {
     # The default cross-method facts of a partitioner built without `facts=`.
     "passes/partition/_facts.py",

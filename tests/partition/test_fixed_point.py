@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
-from xnnfold.passes.analysis import RoundDecisions
+from xnnfold.passes.analysis import new_analysis_cache, RoundDecisions
 from xnnfold.passes.partition import _matching
 from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
 from xnnfold.passes.partition._matching import Matching, unfolded_constant_gemms
@@ -34,7 +34,7 @@ class _Rounds:
         self.built_with.append(decisions)
         return {"round": len(self.built_with)}
 
-    def unfolded(self, ep: Any, matching: Matching) -> frozenset[str]:
+    def unfolded(self, ep: Any, matching: Matching, *, cache: Any) -> frozenset[str]:
         return frozenset(self.non_folding[min(len(self.built_with), len(self.non_folding)) - 1])
 
     def copied(self, ep: Any, matching: Matching) -> frozenset[str]:
@@ -49,7 +49,11 @@ def _run(rounds: _Rounds) -> Matching:
         mock.patch.object(_matching, "unfolded_constant_gemms", rounds.unfolded),
         mock.patch.object(_matching, "copied_sources_gemms", rounds.copied),
     ):
-        return _matching.matched_to_fixed_point(object(), rounds.configs_for)  # type: ignore[arg-type]
+        return _matching.matched_to_fixed_point(
+            object(),  # type: ignore[arg-type]
+            rounds.configs_for,
+            cache=new_analysis_cache(),
+        )
 
 
 def test_without_new_decisions_it_is_one_round() -> None:
@@ -122,10 +126,12 @@ def test_a_matched_gemm_that_folds_no_computed_argument_is_non_folding(
     folds = {gemms[i].name: MappingProxyType(dict.fromkeys(_computed(gemms[i]))) for i in folded}
     matching = Matching([list(gemms)], Findings(folds=MappingProxyType(folds)))
     expected = {g.name for i, g in enumerate(gemms) if i not in folded}
-    assert unfolded_constant_gemms(ep, matching) == expected
+    assert unfolded_constant_gemms(ep, matching, cache=new_analysis_cache()) == expected
 
 
 def test_a_gemm_outside_every_group_with_a_computed_argument_is_non_folding() -> None:
     ep, gemms = _edge_program()
     matching = Matching([], NO_FINDINGS)
-    assert unfolded_constant_gemms(ep, matching) == {g.name for g in gemms}
+    assert unfolded_constant_gemms(ep, matching, cache=new_analysis_cache()) == {
+        g.name for g in gemms
+    }

@@ -9,9 +9,7 @@ program that runs like eager.
 
 from __future__ import annotations
 
-import contextlib
 import copy
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -31,7 +29,6 @@ from xnnfold import (
 )
 from xnnfold.passes import FoldOptions
 from xnnfold.passes.analysis import (
-    analysis_scope,
     find_weight_computation,
     new_analysis_cache,
     Rejection,
@@ -43,13 +40,6 @@ from xnnfold.passes.analysis._constants import constant_map
 pytestmark = pytest.mark.slow
 
 LINEAR = torch.ops.aten.linear.default
-
-
-@pytest.fixture(autouse=True)
-def one_lowering() -> Iterator[None]:
-    """The predicate's queries share one cache, as inside one partitioner's lowering."""
-    with analysis_scope(new_analysis_cache()):
-        yield
 
 
 LINEAR_ARGS = (1, 2)
@@ -83,10 +73,22 @@ def _linear(ep: ExportedProgram) -> torch.fx.Node:
     return next(n for n in ep.graph.nodes if n.target is LINEAR)
 
 
+class _Lowering:
+    """The predicate's queries sharing one cache, as inside one partitioner's lowering."""
+
+    def __init__(self) -> None:
+        self.cache = new_analysis_cache()
+
+    def find(self, gemm: torch.fx.Node, ep: ExportedProgram) -> object:
+        return find_weight_computation(
+            gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions(), cache=self.cache
+        )
+
+
 def test_sweep_classifies_inputs_like_torch_helpers() -> None:
     ep = torch.export.export(Inputs(), (torch.randn(2, 4),))
     mutated = set(ep.graph_signature.buffers_to_mutate.values())
-    cmap = constant_map(ep)
+    cmap = constant_map(ep, cache=None)
     placeholders = [n for n in ep.graph.nodes if n.op == "placeholder"]
     expected = {
         n.name: is_param(ep, n)
@@ -101,9 +103,10 @@ def test_sweep_classifies_inputs_like_torch_helpers() -> None:
 
 def test_predicate_sees_a_mutation_that_adds_a_node() -> None:
     ep = _weight_norm_linear_program()
+    lowering = _Lowering()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()),
+        lowering.find(gemm, ep),
         WeightComputation,
     )
     root = gemm.args[1]
@@ -113,7 +116,7 @@ def test_predicate_sees_a_mutation_that_adds_a_node() -> None:
         activation = ep.graph.call_function(torch.ops.aten.clone.default, (x,))
     activation.meta["val"] = x.meta["val"]
     root.replace_input_with(source, activation)
-    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions())
+    result = lowering.find(gemm, ep)
     assert isinstance(result, Rejection) and not result.computed_from_constants
 
 
@@ -121,9 +124,10 @@ def test_stale_constant_map_cannot_fold_a_runtime_value() -> None:
     """Swapping an argument in place keeps the node count, so the cached map is stale:
     the predicate must still refuse, because the walked nodes are re-checked."""
     ep = _weight_norm_linear_program()
+    lowering = _Lowering()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()),
+        lowering.find(gemm, ep),
         WeightComputation,
     )
     root = gemm.args[1]
@@ -131,8 +135,8 @@ def test_stale_constant_map_cannot_fold_a_runtime_value() -> None:
     count = len(ep.graph.nodes)
     root.replace_input_with(root.args[0], x)
     assert len(ep.graph.nodes) == count
-    assert constant_map(ep).constant[root.name]  # the cached, stale answer
-    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions())
+    assert constant_map(ep, cache=lowering.cache).constant[root.name]  # cached, stale
+    result = lowering.find(gemm, ep)
     assert isinstance(result, Rejection)
     assert not result.computed_from_constants
     assert f"'{x.name}' is not a constant" in result.reason
@@ -140,16 +144,17 @@ def test_stale_constant_map_cannot_fold_a_runtime_value() -> None:
 
 def test_stale_constant_map_cannot_fold_an_impure_op() -> None:
     ep = _weight_norm_linear_program()
+    lowering = _Lowering()
     gemm = _linear(ep)
     assert isinstance(
-        find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()),
+        lowering.find(gemm, ep),
         WeightComputation,
     )
     root = gemm.args[1]
     assert root.target is torch.ops.aten._weight_norm.default
     root.target = torch.ops.aten.normal.Tensor_Tensor  # random, same node count
     root.args = tuple(root.args[:2])
-    result = find_weight_computation(gemm, 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions())
+    result = lowering.find(gemm, ep)
     assert isinstance(result, Rejection) and "random" in result.reason
 
 
@@ -218,14 +223,13 @@ def test_fold_pass_removes_every_source_kind_in_one_signature(lowered_source_kin
             assert spec.target in stored
 
 
-def test_a_query_fills_only_the_innermost_scope() -> None:
+def test_a_query_fills_only_the_cache_it_is_given() -> None:
     ep = _weight_norm_linear_program()
-    with analysis_scope(new_analysis_cache()) as outer:
-        with analysis_scope(new_analysis_cache()) as inner:
-            constant_map(ep)
-        assert ep.graph in inner and ep.graph not in outer
-        constant_map(ep)
-        assert ep.graph in outer
+    given, other = new_analysis_cache(), new_analysis_cache()
+    constant_map(ep, cache=given)
+    assert ep.graph in given and ep.graph not in other
+    constant_map(ep, cache=None)
+    assert ep.graph not in other
 
 
 def test_two_partitioners_do_not_share_constant_maps() -> None:
@@ -251,18 +255,6 @@ def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return found
 
 
-@contextlib.contextmanager
-def _outside_any_scope() -> Iterator[None]:
-    """As a user is: outside this file's shared scope."""
-    from xnnfold.passes.analysis import _scope
-
-    token = _scope._SCOPE.set(None)
-    try:
-        yield
-    finally:
-        _scope._SCOPE.reset(token)
-
-
 class _ManyGemms(nn.Module):
     """Six weight_norm linears: the decomposition filter asks the configs about each."""
 
@@ -285,19 +277,17 @@ def test_one_lowering_sweeps_each_graph_once(keep_filter: bool, sweeps: list[int
     model = prepare_for_xnnpack(_ManyGemms().eval())
     ep = torch.export.export(model, (torch.randn(2, 8),))
     partitioner = XnnpackFoldingPartitioner(keep_decomposition_filter=keep_filter)
-    with _outside_any_scope():
-        edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-        edge.to_executorch()
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    edge.to_executorch()
     assert summarize(edge).fully_delegated
     assert 1 <= len(sweeps) <= 4, sweeps
 
 
-def test_a_query_outside_any_scope_sweeps_the_graph_once(sweeps: list[int]) -> None:
+def test_a_query_given_no_cache_sweeps_the_graph_once(sweeps: list[int]) -> None:
     """A user calling the predicate directly pays one sweep per call, not one per lookup."""
     ep = _weight_norm_linear_program()
-    with _outside_any_scope():
-        result = find_weight_computation(
-            _linear(ep), 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()
-        )
+    result = find_weight_computation(
+        _linear(ep), 1, ep, arg_positions=LINEAR_ARGS, options=FoldOptions()
+    )
     assert isinstance(result, WeightComputation)
     assert len(sweeps) == 1

@@ -38,7 +38,6 @@ from xnnfold._meta import DELEGATION_TAG_META_KEY, REASON_CODE_META_KEY
 from xnnfold.passes import XnnpackFoldingPartitioner
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
-    analysis_scope,
     AnalysisCache,
     find_weight_computation,
     gemm_positions,
@@ -136,14 +135,18 @@ def run_predicate(
     cache: Optional[AnalysisCache] = None,
 ) -> Union[WeightComputation, Rejection, None]:
     """`find_weight_computation` on one argument, the way the folding configs call it
-    (their GEMM layout, the partitioner's options), in the analysis scope of ``cache``
-    (a fresh one by default)."""
+    (their GEMM layout, the partitioner's options), keeping its sweeps in ``cache`` (a
+    fresh one by default)."""
     positions = gemm_positions(gemm)
     assert positions, f"'{gemm.name}' ({gemm.target}) is not a GEMM with a weight"
-    with analysis_scope(new_analysis_cache() if cache is None else cache):
-        return find_weight_computation(
-            gemm, arg_index, ep, arg_positions=positions, options=options
-        )
+    return find_weight_computation(
+        gemm,
+        arg_index,
+        ep,
+        arg_positions=positions,
+        options=options,
+        cache=new_analysis_cache() if cache is None else cache,
+    )
 
 
 def _verdict(result: Union[WeightComputation, Rejection, None]) -> str:
@@ -188,8 +191,7 @@ class _ArgumentRules(_Predicate):
             format_target_name(judged.gemm.target.__name__)  # type: ignore[union-attr]
         ]
         assert isinstance(config, FoldingGEMMMixin), config
-        with analysis_scope(new_analysis_cache()):
-            match = config.match(judged.gemm, judged.ep)
+        match = config.match(judged.gemm, judged.ep)
         problem = match.findings.argument_problems.get(judged.gemm.name)
         return ACCEPTED if problem is None else problem.code.code
 

@@ -19,6 +19,7 @@ from xnnfold.passes.analysis._arguments import (
     permuted_weight_problem,
     shared_kernel_problem,
 )
+from xnnfold.passes.analysis._cache import AnalysisCache, new_analysis_cache
 from xnnfold.passes.analysis._constants import (
     constant_computation,
     input_dependent,
@@ -41,7 +42,6 @@ from xnnfold.passes.analysis._nodes import (
 )
 from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
-from xnnfold.passes.analysis._scope import analysis_scope, AnalysisCache, new_analysis_cache
 from xnnfold.passes.analysis._structure import computation_key
 from xnnfold.passes.analysis._tied import (
     find_tied_tables,
@@ -85,7 +85,6 @@ __all__ = [
     "WeightComputation",
     "addmm_problem",
     "addmm_scales",
-    "analysis_scope",
     "arg_role",
     "computation_key",
     "constant_computation",

@@ -5,7 +5,8 @@ One forward sweep over the graph classifies every node, so asking about many GEM
 O(graph) in total rather than one backward walk to the inputs per GEMM (a transformer has
 hundreds of activation-by-activation matmuls whose walks would otherwise be quadratic).
 For every non-constant node the sweep also records what made it so, which becomes the
-user-visible reason. The sweep's `ConstantMap` is kept in the open analysis scope.
+user-visible reason. The sweep's `ConstantMap` is kept in the `AnalysisCache` the caller
+hands in (``cache``).
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from xnnfold.passes._ops import (
     SYMBOLIC_SCALAR_OPS,
     UNFOLDABLE_OPS,
 )
+from xnnfold.passes.analysis._cache import AnalysisCache, ConstantMap, own_cache
 from xnnfold.passes.analysis._nodes import (
     constant_fqns,
     op_overload,
     readers,
     used_as_gemm_weight,
 )
-from xnnfold.passes.analysis._scope import ConstantMap, current_cache
 
 __all__ = [
     "constant_computation",
@@ -127,10 +128,12 @@ def _weight_only_sweep(
     return weight_only
 
 
-def weight_only_of(ep: ExportedProgram, non_folding: frozenset[str]) -> dict[str, bool]:
+def weight_only_of(
+    ep: ExportedProgram, non_folding: frozenset[str], *, cache: Optional[AnalysisCache]
+) -> dict[str, bool]:
     """`ConstantMap.weight_only`, with the GEMMs in ``non_folding`` counted as readers
     that keep what they read (one more sweep per distinct set, cached with the map)."""
-    cmap = constant_map(ep)
+    cmap = constant_map(ep, cache=cache)
     if not non_folding:
         return cmap.weight_only
     cached = cmap.weight_only_without.get(non_folding)
@@ -141,9 +144,10 @@ def weight_only_of(ep: ExportedProgram, non_folding: frozenset[str]) -> dict[str
     return cached
 
 
-def constant_map(ep: ExportedProgram) -> ConstantMap:
+def constant_map(ep: ExportedProgram, *, cache: Optional[AnalysisCache]) -> ConstantMap:
+    """The sweep of ``ep``'s graph: from ``cache`` while it is valid, else swept and kept
+    there (None: swept for this call alone)."""
     graph = ep.graph
-    cache = current_cache()
     cached = cache.get(graph) if cache is not None else None
     if (
         cached is not None
@@ -187,16 +191,22 @@ def constant_map(ep: ExportedProgram) -> ConstantMap:
     return result
 
 
-def is_constant_node(ep: ExportedProgram, node: Node) -> bool:
+def is_constant_node(
+    ep: ExportedProgram, node: Node, *, cache: Optional[AnalysisCache] = None
+) -> bool:
     """True when ``node``'s value is computed from constants alone (the per-graph sweep)."""
-    return constant_map(ep).constant.get(node.name, False)
+    return constant_map(ep, cache=cache).constant.get(node.name, False)
 
 
-def constant_computation(ep: ExportedProgram, gemm: Node, index: int) -> bool:
+def constant_computation(
+    ep: ExportedProgram, gemm: Node, index: int, *, cache: Optional[AnalysisCache] = None
+) -> bool:
     """Whether ``gemm``'s argument ``index`` is computed from constants alone: what reads
     its sources at run time if the GEMM does not fold it."""
     arg = gemm.args[index] if index < len(gemm.args) else None
-    return isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg)
+    return (
+        isinstance(arg, Node) and arg.op != "placeholder" and is_constant_node(ep, arg, cache=cache)
+    )
 
 
 def input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set[Node]:
@@ -222,18 +232,25 @@ def input_dependent(ep: ExportedProgram, written_buffers: frozenset[str]) -> set
 
 
 def is_constant_source(
-    ep: ExportedProgram, node: Node, written_buffers: Optional[set[str] | frozenset[str]] = None
+    ep: ExportedProgram,
+    node: Node,
+    written_buffers: Optional[set[str] | frozenset[str]] = None,
+    *,
+    cache: Optional[AnalysisCache] = None,
 ) -> bool:
     """True when placeholder ``node`` is a parameter, a constant, or a buffer that
     neither this program nor another method (``written_buffers``, by FQN) writes."""
-    if node.op != "placeholder" or not constant_map(ep).constant.get(node.name, False):
+    if node.op != "placeholder" or not constant_map(ep, cache=cache).constant.get(node.name, False):
         return False
     fqn = ep.graph_signature.inputs_to_buffers.get(node.name)
     return not (fqn is not None and written_buffers and fqn in written_buffers)
 
 
 def stored_constants(
-    ep: ExportedProgram, non_folding: frozenset[str] = frozenset()
+    ep: ExportedProgram,
+    non_folding: frozenset[str] = frozenset(),
+    *,
+    cache: Optional[AnalysisCache] = None,
 ) -> frozenset[str]:
     """FQNs of the constants ``ep`` stores whatever xnnfold folds.
 
@@ -244,9 +261,10 @@ def stored_constants(
     arguments or its computation, or one no edge config folds). Another method that
     folds a computation of such a constant frees none of its bytes.
     """
-    cmap = constant_map(ep)
+    cache = own_cache(cache)
+    cmap = constant_map(ep, cache=cache)
     fqns = cmap.fqns
-    weight_only = weight_only_of(ep, non_folding)
+    weight_only = weight_only_of(ep, non_folding, cache=cache)
     stored: set[str] = set()
     for node in ep.graph.nodes:
         if node.op != "placeholder" or node.name not in fqns:

@@ -19,6 +19,7 @@ from xnnfold.passes._codes import EXTERNAL_DATA, RUN_TIME, TOO_MANY_NODES
 from xnnfold.passes._ops import GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import post_order
+from xnnfold.passes.analysis._cache import AnalysisCache, ConstantMap, own_cache
 from xnnfold.passes.analysis._constants import constant_map, op_problem, weight_only_of
 from xnnfold.passes.analysis._growth import (
     admit,
@@ -29,14 +30,12 @@ from xnnfold.passes.analysis._growth import (
 )
 from xnnfold.passes.analysis._nodes import arg_role, external_tag, site_of
 from xnnfold.passes.analysis._results import Argument, Growth, Rejection, WeightComputation
-from xnnfold.passes.analysis._scope import ConstantMap, in_a_scope
 from xnnfold.passes.analysis._sharing import other_readers_rule, shared_nodes, SharingQuery
 from xnnfold.passes.analysis._size import size_rule
 
 __all__ = ["find_weight_computation"]
 
 
-@in_a_scope
 def find_weight_computation(
     gemm: Node,
     arg_index: int,
@@ -47,6 +46,7 @@ def find_weight_computation(
     stored_elsewhere: frozenset[str] = frozenset(),
     non_folding: frozenset[str] = frozenset(),
     sharing: bool = True,
+    cache: Optional[AnalysisCache] = None,
     _budgeted: bool = True,
 ) -> Union[WeightComputation, Rejection, None]:
     """Find the computation behind ``gemm.args[arg_index]`` and check it can be folded.
@@ -68,6 +68,8 @@ def find_weight_computation(
             sources, shared intermediates, growth). Without them only the rules that
             make a fold wrong apply: what is left is correct to fold, the sources other
             readers need staying beside the folded value.
+        cache: where the sweeps of ``ep``'s graph are kept (the caller's
+            `AnalysisCache`); by default, one for this call.
         _budgeted: False (the growth ledger measuring) declines every growing fold.
 
     Returns:
@@ -79,7 +81,8 @@ def find_weight_computation(
     if not isinstance(root, Node) or root.op == "placeholder":
         return None
     site = site_of(root)
-    cmap = constant_map(ep)
+    cache = own_cache(cache)
+    cmap = constant_map(ep, cache=cache)
     arg = Argument(gemm=gemm, arg_index=arg_index, role=role, root=root)
 
     closure = _computation(arg=arg, cmap=cmap, options=options, site=site)
@@ -95,9 +98,8 @@ def find_weight_computation(
         return rejection
     growth = None
     if sharing:
-        query = SharingQuery(
-            ep, options, stored_elsewhere, non_folding, cmap, weight_only_of(ep, non_folding)
-        )
+        weight_only = weight_only_of(ep, non_folding, cache=cache)
+        query = SharingQuery(ep, options, stored_elsewhere, non_folding, cmap, weight_only, cache)
         rejection, growth = _program_size_rules(
             arg=arg,
             query=query,
@@ -227,21 +229,17 @@ def _program_size_rules(
     growth = rejection.growth
     if budgeted and growth_of(rejection) is not None:
         # The ledger is built only once a fold the budget may admit is asked about.
-        ledger = _ledger(query.ep, query.options, query.stored_elsewhere, query.cmap.ledgers)
+        ledger = _ledger(query, query.cmap.ledgers)
         return restated_beyond_budget(rejection, ledger), growth
     return rejection, growth
 
 
-def _ledger(
-    ep: ExportedProgram,
-    options: FoldOptions,
-    stored_elsewhere: frozenset[str],
-    ledgers: dict[object, Ledger],
-) -> Ledger:
-    """The growth budget's verdicts on ``ep``: every growing fold of its GEMMs that may
-    spend budget, in program order, measured by the predicate without the budget and
-    admitted (`admit`). Built once per options and facts, kept in ``ledgers`` (the
-    method's constant map), so every GEMM asked about reads the same verdicts."""
+def _ledger(query: SharingQuery, ledgers: dict[object, Ledger]) -> Ledger:
+    """The growth budget's verdicts on the query's program: every growing fold of its
+    GEMMs that may spend budget, in program order, measured by the predicate without the
+    budget and admitted (`admit`). Built once per options and facts, kept in ``ledgers``
+    (the method's constant map), so every GEMM asked about reads the same verdicts."""
+    ep, options, stored_elsewhere = query.ep, query.options, query.stored_elsewhere
     key = (options, stored_elsewhere)
     ledger = ledgers.get(key)
     if ledger is not None:
@@ -261,6 +259,7 @@ def _ledger(
                         arg_positions=positions,
                         options=options,
                         stored_elsewhere=stored_elsewhere,
+                        cache=query.cache,
                         _budgeted=False,
                     )
                 )

@@ -18,9 +18,9 @@ from torch.fx import Node
 from xnnfold.passes._codes import OTHER_READER
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import walk
+from xnnfold.passes.analysis._cache import AnalysisCache, ConstantMap
 from xnnfold.passes.analysis._nodes import readers, used_as_gemm_weight
 from xnnfold.passes.analysis._results import Argument, Rejection
-from xnnfold.passes.analysis._scope import ConstantMap
 from xnnfold.passes.analysis._structure import structure
 
 __all__ = ["SharingQuery", "other_readers_rule", "shared_component", "shared_nodes"]
@@ -37,6 +37,7 @@ class SharingQuery:
         non_folding: names of GEMMs that do not fold their arguments.
         cmap: the method's constant map.
         weight_only: `ConstantMap.weight_only` with ``non_folding`` counted as readers.
+        cache: where ``cmap`` is kept, for the queries the rules ask in turn.
     """
 
     ep: ExportedProgram
@@ -45,6 +46,7 @@ class SharingQuery:
     non_folding: frozenset[str]
     cmap: ConstantMap
     weight_only: dict[str, bool]
+    cache: AnalysisCache
 
 
 def shared_component(
@@ -107,7 +109,7 @@ def shared_component(
     memo: dict[Node, object] = {}
     distinct: dict[object, Node] = {}
     for node in in_order:
-        key = structure(node, memo, ep)
+        key = structure(node, memo, (ep, cmap) if ep is not None else None)
         if node in roots:
             distinct.setdefault(key, node)
     by_order = sorted(distinct.values(), key=position)

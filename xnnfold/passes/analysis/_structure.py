@@ -18,10 +18,10 @@ from xnnfold._upstream import (
     schema_of,
     unset_fake_temporarily,
 )
+from xnnfold.passes.analysis._cache import AnalysisCache, ConstantMap
 from xnnfold.passes.analysis._constants import constant_map
 from xnnfold.passes.analysis._nodes import constant_tensor, op_overload
 from xnnfold.passes.analysis._results import WeightComputation
-from xnnfold.passes.analysis._scope import in_a_scope
 
 __all__ = ["computation_key", "structure"]
 
@@ -40,13 +40,13 @@ def _op_identity(target: object) -> object:
 _MAX_VALUE_KEY_NUMEL = 64
 
 
-def _small_constant(ep: ExportedProgram, node: Node) -> Optional[torch.Tensor]:
+def _small_constant(ep: ExportedProgram, cmap: ConstantMap, node: Node) -> Optional[torch.Tensor]:
     val = node.meta.get(VAL_META_KEY)
     if not isinstance(val, torch.Tensor) or val.numel() > _MAX_VALUE_KEY_NUMEL:
         return None
     # Scalars lifted by to_edge are non-persistent buffers; either way, only values the
-    # program never writes can stand for each other (the per-graph sweep knows which).
-    cmap = constant_map(ep)
+    # program never writes can stand for each other (the per-graph sweep, ``cmap``, knows
+    # which).
     if not cmap.constant.get(node.name, False):
         return None
     # The sweep's snapshot of the signature: torch's is_buffer/get_buffer rebuild the
@@ -66,19 +66,24 @@ def _value_key(value: torch.Tensor) -> tuple[object, ...]:
     return ("value", str(value.dtype), tuple(value.shape), items)
 
 
-def structure(node: Node, memo: dict[Node, object], ep: Optional[ExportedProgram] = None) -> object:
+# The program a structure is read in, with its constant map: small lifted constants are
+# then compared by value (without it, by name).
+Program = tuple[ExportedProgram, ConstantMap]
+
+
+def structure(node: Node, memo: dict[Node, object], program: Optional[Program] = None) -> object:
     """A hashable description of what ``node`` computes from which sources: two weight
     computations with the same structure fold to the same bytes, stored once."""
     if node in memo:
         return memo[node]
     if node.op == "placeholder":
-        value = _small_constant(ep, node) if ep is not None else None
+        value = _small_constant(*program, node) if program is not None else None
         key: object = _value_key(value) if value is not None else ("source", node.name)
     else:
 
         def describe(arg: object) -> object:
             if isinstance(arg, Node):
-                return structure(arg, memo, ep)
+                return structure(arg, memo, program)
             if isinstance(arg, (list, tuple)):
                 return tuple(describe(a) for a in arg)
             if isinstance(arg, dict):
@@ -94,14 +99,17 @@ def structure(node: Node, memo: dict[Node, object], ep: Optional[ExportedProgram
     return key
 
 
-@in_a_scope
 def computation_key(
     computation: WeightComputation,
     memo: dict[Node, object],
     ep: Optional[ExportedProgram] = None,
+    *,
+    cache: Optional[AnalysisCache] = None,
 ) -> object:
     """Equal keys mean equal folded values (same ops on the same sources), so the fold
-    can reuse one constant for a module called twice. ``memo`` is shared across calls."""
+    can reuse one constant for a module called twice. ``memo`` is shared across calls;
+    ``cache`` holds ``ep``'s sweep."""
+    program = (ep, constant_map(ep, cache=cache)) if ep is not None else None
     for node in (*computation.sources, *computation.nodes):
-        structure(node, memo, ep)  # inputs first, so the recursion stays one level deep
+        structure(node, memo, program)  # inputs first, so the recursion stays one level deep
     return memo[computation.root]

@@ -37,10 +37,10 @@ from torch.fx import Node
 
 from xnnfold.passes._codes import BEYOND_BUDGET, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes.analysis._cache import AnalysisCache, own_cache
 from xnnfold.passes.analysis._growth import gemm_op_name, has_run_time_weight_form
 from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Rejection, WeightComputation
-from xnnfold.passes.analysis._scope import in_a_scope
 
 __all__ = [
     "Decision",
@@ -155,7 +155,6 @@ def written_elsewhere(
 _Find = Callable[..., Union[WeightComputation, Rejection, None]]
 
 
-@in_a_scope
 def decide(
     gemm: Node,
     arg_index: int,
@@ -167,6 +166,7 @@ def decide(
     facts: ProgramFacts = NO_FACTS,
     decisions: RoundDecisions = FIRST_ROUND,
     kept: AbstractSet[str] = frozenset(),
+    cache: Optional[AnalysisCache] = None,
 ) -> Optional[Verdict]:
     """The verdict on ``gemm.args[arg_index]``; None when it is absent or a stored tensor
     (nothing to fold: the stock decision stands).
@@ -176,10 +176,18 @@ def decide(
 
     Pure: the verdict is a function of the arguments. It reads ``ep``'s graph, its
     signature and the nodes' values (``meta["val"]``) and site marks, writes nothing,
-    and memoizes its sweeps of the graph in the open analysis scope (`_scope`).
+    and memoizes its sweeps of the graph in ``cache`` (the caller's `AnalysisCache`; by
+    default one for this call), which changes no verdict.
     """
+    cache = own_cache(cache)
     find: _Find = functools.partial(
-        find_weight_computation, gemm, arg_index, ep, arg_positions=arg_positions, options=options
+        find_weight_computation,
+        gemm,
+        arg_index,
+        ep,
+        arg_positions=arg_positions,
+        options=options,
+        cache=cache,
     )
     others = decisions.non_folding - {gemm.name}
     result = find(stored_elsewhere=facts.stored_elsewhere, non_folding=others)
@@ -207,7 +215,12 @@ def decide(
                 isinstance(isolated, WeightComputation)
                 and stage is Stage.EDGE
                 and _holds_kept_ops(
-                    gemm, ep, arg_positions=arg_positions, options=options, kept=kept
+                    gemm,
+                    ep,
+                    arg_positions=arg_positions,
+                    options=options,
+                    kept=kept,
+                    cache=cache,
                 )
             ):
                 # Declined only to keep the program small, but a computation of this GEMM
@@ -269,6 +282,7 @@ def _holds_kept_ops(
     arg_positions: tuple[int, ...],
     options: FoldOptions,
     kept: AbstractSet[str],
+    cache: AnalysisCache,
 ) -> bool:
     """True when a computation of one of ``gemm``'s arguments holds a node of ``kept``,
     an op the partitioner kept undecomposed (decided before other methods were seen)."""
@@ -276,7 +290,7 @@ def _holds_kept_ops(
         return False
     for index in arg_positions:
         result = find_weight_computation(
-            gemm, index, ep, arg_positions=arg_positions, options=options
+            gemm, index, ep, arg_positions=arg_positions, options=options, cache=cache
         )
         if isinstance(result, WeightComputation) and any(n.name in kept for n in result.nodes):
             return True

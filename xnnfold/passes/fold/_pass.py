@@ -34,7 +34,6 @@ from xnnfold._upstream import exir_ops, XNNPACKPass
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
-    analysis_scope,
     computation_key,
     decide,
     is_matrix_transpose,
@@ -188,6 +187,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     arg_positions=positions,
                     options=options or self.options,
                     stage=Stage.DELEGATE,
+                    cache=self._analysis,
                 )
                 if verdict is None:
                     continue
@@ -273,10 +273,6 @@ class FoldComputedWeightsPass(XNNPACKPass):
         return before, dead
 
     def call(self, graph_module: GraphModule) -> PassResult:
-        with analysis_scope(self._analysis):
-            return self._fold(graph_module)
-
-    def _fold(self, graph_module: GraphModule) -> PassResult:
         ep = self.exported_program
         graph = graph_module.graph
         computations = self._computations()
@@ -293,7 +289,10 @@ class FoldComputedWeightsPass(XNNPACKPass):
         # twice from the same sources, and both calls get the one folded constant.
         memo: dict[Node, object] = {}
         keys = [
-            (computation_key(c, memo, ep), c.gemm if _reshaped_in_place(c) else None)
+            (
+                computation_key(c, memo, ep, cache=self._analysis),
+                c.gemm if _reshaped_in_place(c) else None,
+            )
             for c in computations
         ]
         folded_by_key: dict[object, Node] = {}

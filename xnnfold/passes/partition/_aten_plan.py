@@ -35,6 +35,7 @@ from xnnfold.passes._ops import (
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     addmm_problem,
+    AnalysisCache,
     constant_computation,
     decide,
     deconvolution_problem,
@@ -209,16 +210,17 @@ def aten_plan(
     force_non_static_weights: bool,
     configs: frozenset[str],
     facts: ProgramFacts,
-    cache: Optional[PlanCache] = None,
+    cache: AnalysisCache,
+    plans: Optional[PlanCache] = None,
 ) -> AtenPlan:
     """The nodes of foldable weight computations whose op the decompositions would
     change (the decision ladder folds them, with the other methods' ``facts``), and the
     GEMMs the edge configs will not fold. With ``force_non_static_weights`` no
     fully-connected weight or bias folds (the stock configs take them at run time then).
     ``configs`` names the folding configs the partitioner has (``target_name``): a GEMM
-    none of them takes keeps no op. ``cache`` (a weak mapping the caller owns) keeps the
-    last plan per graph, reused while the graph's node count and the arguments are
-    unchanged."""
+    none of them takes keeps no op. ``cache`` keeps the ladder's sweeps of the graph;
+    ``plans`` (a weak mapping the caller owns) the last plan per graph, reused while the
+    graph's node count and the arguments are unchanged."""
     graph = ep.graph
     key = (
         len(graph.nodes),
@@ -227,7 +229,7 @@ def aten_plan(
         configs,
         facts,
     )
-    cached = cache.get(graph) if cache is not None else None
+    cached = plans.get(graph) if plans is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
     preserved: dict[str, OpOverload] = {}
@@ -244,13 +246,15 @@ def aten_plan(
             # Not in itself a verdict on folding (a matmul of a 1-D activation becomes an
             # mm the edge configs may still fold): only its ops are not kept.
             if never_folds(node, force_non_static_weights=force_non_static_weights) and any(
-                constant_computation(ep, node, i) for i in positions
+                constant_computation(ep, node, i, cache=cache) for i in positions
             ):
                 not_folding.add(node.name)
             continue
-        computations = _folded_computations(ep, node, positions, options=options, facts=facts)
+        computations = _folded_computations(
+            ep, node, positions, options=options, facts=facts, cache=cache
+        )
         constant_or_foldable = functools.partial(
-            _constant_or_foldable, ep, node, computations, facts.written_buffers
+            _constant_or_foldable, ep, node, computations, facts.written_buffers, cache
         )
         # Ops are kept only for a GEMM the edge configs will then take with every
         # argument in its partition: a kept op outside a delegate has no kernel at all.
@@ -262,13 +266,13 @@ def aten_plan(
             force_non_static_weights=force_non_static_weights,
             constant_or_foldable=constant_or_foldable,
         ):
-            if _keeps_sources(ep, node, positions, declined, run_time()):
+            if _keeps_sources(ep, node, positions, declined, run_time(), cache):
                 not_folding.add(node.name)
             continue
         preserved.update(_kept_ops(computations))
     plan = AtenPlan(preserved, frozenset(not_folding))
-    if cache is not None:
-        cache[graph] = (key, plan)
+    if plans is not None:
+        plans[graph] = (key, plan)
     return plan
 
 
@@ -279,6 +283,7 @@ def _folded_computations(
     *,
     options: FoldOptions,
     facts: ProgramFacts,
+    cache: AnalysisCache,
 ) -> dict[int, Optional[WeightComputation]]:
     """{argument index: the computation the decision ladder folds, or None} of ``gemm``."""
     computations: dict[int, Optional[WeightComputation]] = {}
@@ -291,6 +296,7 @@ def _folded_computations(
             options=options,
             stage=Stage.ATEN,
             facts=facts,
+            cache=cache,
         )
         computations[index] = verdict.computation if verdict is not None else None
     return computations
@@ -301,6 +307,7 @@ def _constant_or_foldable(
     gemm: Node,
     computations: dict[int, Optional[WeightComputation]],
     written_buffers: frozenset[str],
+    cache: AnalysisCache,
     index: int,
 ) -> bool:
     """Whether ``gemm``'s argument ``index`` is absent, a constant, or a computation that
@@ -309,7 +316,7 @@ def _constant_or_foldable(
     if arg is None:
         return True
     if isinstance(arg, Node) and arg.op == "placeholder":
-        return is_constant_source(ep, arg, written_buffers)
+        return is_constant_source(ep, arg, written_buffers, cache=cache)
     return computations[index] is not None
 
 
@@ -319,6 +326,7 @@ def _keeps_sources(
     positions: tuple[int, ...],
     declined: list[int],
     run_time: set[Node],
+    cache: AnalysisCache,
 ) -> bool:
     """Whether ``gemm``, which does not fold its ``declined`` arguments (none: an argument
     problem declines it whole), leaves constant computations reading their sources.
@@ -334,7 +342,9 @@ def _keeps_sources(
         isinstance(arg, Node) and arg in run_time
         for arg in (gemm.args[i] for i in declined if i < len(gemm.args))
     )
-    return any(constant_computation(ep, gemm, i) for i in (positions if whole else declined))
+    return any(
+        constant_computation(ep, gemm, i, cache=cache) for i in (positions if whole else declined)
+    )
 
 
 def _kept_ops(computations: dict[int, Optional[WeightComputation]]) -> dict[str, OpOverload]:

@@ -11,7 +11,8 @@ The four folding configs and their XNNPACK quirks are in `_configs`, as executor
 `XNNPartitionerConfig` (xnnpack_config.py) apart from its GEMM configs.
 
 A config is built with what the ladder reads (the fold options, the program's
-`ProgramFacts`, the round's `RoundDecisions`, the nodes kept undecomposed for a fold) and
+`ProgramFacts`, the round's `RoundDecisions`, the nodes kept undecomposed for a fold, and
+the partitioner's `AnalysisCache`, where the ladder's sweeps of the graph are kept) and
 never written afterwards. executorch's matching asks it for booleans and node lists;
 `FoldingGEMMMixin.match` asks the same and returns what the config found with the
 partition (`_findings`).
@@ -33,6 +34,7 @@ from xnnfold.passes._codes import Problem, WRITTEN_BUFFER
 from xnnfold.passes._ops import FULLY_CONNECTED_WEIGHT
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
+    AnalysisCache,
     decide,
     Decision,
     FIRST_ROUND,
@@ -79,7 +81,7 @@ class FoldingGEMMMixin:
     """Accepts a GEMM whose fp32 weight or bias is a foldable computation of constants.
 
     Built once with what the decision ladder reads (``fold``, ``fold_options``,
-    ``facts``, ``decisions``, ``kept``) and never written afterwards (`build` seals it: setting an
+    ``facts``, ``decisions``, ``kept``, ``cache``) and never written afterwards (`build` seals it: setting an
     attribute then raises). What it finds comes back from `match` as a value.
     """
 
@@ -89,6 +91,9 @@ class FoldingGEMMMixin:
     decisions: RoundDecisions = FIRST_ROUND
     # Names of the nodes kept undecomposed for a fold (`decide`'s ``kept``).
     kept: frozenset[str] = frozenset()
+    # Where the ladder keeps its sweeps of the graph: the partitioner's (None: each
+    # question sweeps for itself, as for a config built by hand).
+    cache: Optional[AnalysisCache] = None
 
     def __init__(
         self,
@@ -98,6 +103,7 @@ class FoldingGEMMMixin:
         facts: ProgramFacts = NO_FACTS,
         decisions: RoundDecisions = FIRST_ROUND,
         kept: frozenset[str] = frozenset(),
+        cache: Optional[AnalysisCache] = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
@@ -106,6 +112,7 @@ class FoldingGEMMMixin:
         self.facts = facts
         self.decisions = decisions
         self.kept = kept
+        self.cache = cache
 
     @classmethod
     def build(
@@ -118,6 +125,7 @@ class FoldingGEMMMixin:
         facts: ProgramFacts,
         decisions: RoundDecisions,
         kept: frozenset[str] = frozenset(),
+        cache: Optional[AnalysisCache] = None,
     ) -> _Config:
         """A sealed config: built as `XnnpackPartitioner` builds its configs (the
         keywords, then the enabled precisions), with what the ladder reads."""
@@ -127,6 +135,7 @@ class FoldingGEMMMixin:
             facts=facts,
             decisions=decisions,
             kept=kept,
+            cache=cache,
             **options,
         )
         config.set_enabled_precision_types(precisions)  # type: ignore[attr-defined]
@@ -198,6 +207,7 @@ class FoldingGEMMMixin:
             facts=self.facts,
             decisions=self.decisions,
             kept=self.kept,
+            cache=self.cache,
         )
 
     def folds(self, node: Node, arg_index: int, ep: ExportedProgram) -> Optional[WeightComputation]:
@@ -274,7 +284,7 @@ class FoldingGEMMMixin:
     def constant_source(self, node: Node, ep: ExportedProgram) -> bool:
         """True when placeholder ``node`` holds a value fixed at export: a parameter, a
         constant, or a buffer no method writes."""
-        return is_constant_source(ep, node, self.facts.written_buffers)
+        return is_constant_source(ep, node, self.facts.written_buffers, cache=self.cache)
 
     def _written_static_problem(self, node: Node, ep: ExportedProgram) -> Optional[Problem]:
         """A weight or bias XNNPACK would store is a buffer the program writes: the

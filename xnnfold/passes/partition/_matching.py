@@ -22,6 +22,7 @@ from torch.fx import Node
 
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes.analysis import (
+    AnalysisCache,
     constant_computation,
     constant_fqns,
     RoundDecisions,
@@ -84,9 +85,13 @@ def match_once(configs: Configs, ep: ExportedProgram) -> Matching:
 
 
 def matched_to_fixed_point(
-    ep: ExportedProgram, configs_for: Callable[[RoundDecisions], Configs]
+    ep: ExportedProgram,
+    configs_for: Callable[[RoundDecisions], Configs],
+    *,
+    cache: AnalysisCache,
 ) -> Matching:
-    """`match_once`, repeated until every fold it accepts still holds.
+    """`match_once`, repeated until every fold it accepts still holds (``cache``: the
+    partitioner's sweeps of ``ep``, which its configs read too).
 
     The predicate counts another GEMM's weight computation as a reader that folds too.
     When that GEMM is then declined (an argument XNNPACK cannot compute, a stock rule) or
@@ -104,7 +109,7 @@ def matched_to_fixed_point(
     decisions = RoundDecisions()
     while True:
         matching = match_once(configs_for(decisions), ep)
-        non_folding = decisions.non_folding | unfolded_constant_gemms(ep, matching)
+        non_folding = decisions.non_folding | unfolded_constant_gemms(ep, matching, cache=cache)
         fold_anyway = decisions.fold_anyway | copied_sources_gemms(ep, matching)
         if non_folding == decisions.non_folding and fold_anyway == decisions.fold_anyway:
             return matching
@@ -161,7 +166,9 @@ def copied_sources_gemms(ep: ExportedProgram, matching: Matching) -> frozenset[s
     return frozenset(found)
 
 
-def unfolded_constant_gemms(ep: ExportedProgram, matching: Matching) -> frozenset[str]:
+def unfolded_constant_gemms(
+    ep: ExportedProgram, matching: Matching, *, cache: AnalysisCache
+) -> frozenset[str]:
     """GEMMs with an argument computed from constants that is not folded into them."""
     members = {node for group in matching.groups for node in group}
     found: set[str] = set()
@@ -170,6 +177,9 @@ def unfolded_constant_gemms(ep: ExportedProgram, matching: Matching) -> frozense
         if not positions:
             continue
         marks = matching.findings.folds.get(node.name, {}) if node in members else {}
-        if any(index not in marks and constant_computation(ep, node, index) for index in positions):
+        if any(
+            index not in marks and constant_computation(ep, node, index, cache=cache)
+            for index in positions
+        ):
             found.add(node.name)
     return frozenset(found)

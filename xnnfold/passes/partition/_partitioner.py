@@ -47,7 +47,6 @@ from xnnfold.passes._ops import (
 )
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import (
-    analysis_scope,
     constant_tensor,
     find_tied_tables,
     FIRST_ROUND,
@@ -233,7 +232,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # below are one lowering's at a time.
         self._thread: Optional[int] = None
         # This partitioner's ATen plans and constant maps by graph (each graph is asked
-        # about many times); see `analysis_scope`.
+        # about many times), handed to every query it asks and to the configs it builds.
         self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
         # The tensors behind each constant FQN this partitioner was asked about (one per
@@ -286,6 +285,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 facts=facts,
                 decisions=decisions,
                 kept=kept,
+                cache=self._analysis,
             )
             if isinstance(config, FoldingGEMMMixin)
             else config
@@ -325,19 +325,17 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """executorch's grouping of every config's partition, repeated until every fold
         it accepts still holds (`matched_to_fixed_point`). Writes nothing."""
         self._serve_this_thread()
-        with analysis_scope(self._analysis):
-            return self._matched(ep, self._program_facts(self._facts), kept_for_folds(ep)).groups
+        return self._matched(ep, self._program_facts(self._facts), kept_for_folds(ep)).groups
 
     def _matched(self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]) -> Matching:
-        return matched_to_fixed_point(ep, lambda decisions: self._configs(facts, decisions, kept))
+        return matched_to_fixed_point(
+            ep, lambda decisions: self._configs(facts, decisions, kept), cache=self._analysis
+        )
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The partitions `partition` tags, with the fold marks written onto their GEMMs."""
         self._serve_this_thread()
-        with analysis_scope(self._analysis):
-            partitions, _ = self._partitions(
-                ep, self._program_facts(self._facts), kept_for_folds(ep)
-            )
+        partitions, _ = self._partitions(ep, self._program_facts(self._facts), kept_for_folds(ep))
         return partitions
 
     def _partitions(
@@ -384,25 +382,13 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         self._serve_this_thread()
         question = ep.dialect == _ATEN_DIALECT
         facts = self._facts
-        with analysis_scope(self._analysis):
-            if question:
-                tensors = self._asked_constants(ep)
-                if self.fold:
-                    self._note_constants(ep, tensors, facts)
-                if self.tie_tables:
-                    facts.note_tables(tensors, table_uses(ep), program=ep)
-            ops, filter_fn = self._ops_to_not_decompose(ep, self._program_facts(facts))
-        if filter_fn is None:
-            return ops, None
-        unscoped = filter_fn
-
-        def scoped(node: Node) -> bool:
-            # executorch calls the filter during decomposition, after this method
-            # returned: the configs it asks still read this partitioner's maps.
-            with analysis_scope(self._analysis):
-                return unscoped(node)
-
-        return ops, scoped
+        if question:
+            tensors = self._asked_constants(ep)
+            if self.fold:
+                self._note_constants(ep, tensors, facts)
+            if self.tie_tables:
+                facts.note_tables(tensors, table_uses(ep), program=ep)
+        return self._ops_to_not_decompose(ep, self._program_facts(facts))
 
     def _ops_to_not_decompose(
         self, ep: ExportedProgram, facts: ProgramFacts
@@ -411,7 +397,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         if self.fold:
             preserved = self._plan(ep, facts).preserved
         # The stock filter asks configs built with the facts known now, and with the nodes
-        # this plan keeps (the filter marks them only as executorch asks about each).
+        # this plan keeps (the filter marks them only as executorch asks about each). They
+        # hold this partitioner's cache: executorch calls the filter during decomposition,
+        # after this method returned.
         ops, stock_filter = stock_ops_to_not_decompose(
             self._configs(facts, FIRST_ROUND, frozenset(preserved) | kept_for_folds(ep)), ep
         )
@@ -474,7 +462,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # The plan sees this lowering's facts only (this method's writes, what the methods
         # asked so far store): its GEMMs that will not fold keep their sources, so another
         # method folding one of those sources would save nothing.
-        stored = stored_constants(ep, self._plan(ep, self._program_facts(facts)).not_folding)
+        stored = stored_constants(
+            ep, self._plan(ep, self._program_facts(facts)).not_folding, cache=self._analysis
+        )
         facts.note_method(tensors, written=written, stored=stored)
 
     def _plan(self, ep: ExportedProgram, facts: ProgramFacts) -> AtenPlan:
@@ -489,7 +479,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 if isinstance(config, FoldingGEMMMixin)
             ),
             facts=facts,
-            cache=self._plans,
+            cache=self._analysis,
+            plans=self._plans,
         )
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
@@ -502,10 +493,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         facts.start_partitioning()
         program_facts = self._program_facts(facts)
         kept = kept_for_folds(exported_program)
-        with (
-            analysis_scope(self._analysis),
-            collect_why_reasons(exported_program.graph_module) as stock_reasons,
-        ):
+        with collect_why_reasons(exported_program.graph_module) as stock_reasons:
             partitions, findings = self._partitions(exported_program, program_facts, kept)
         result = tag_partitions(exported_program, partitions, self.delegation_spec)
         self._findings = findings

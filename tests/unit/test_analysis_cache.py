@@ -1,0 +1,73 @@
+"""`AnalysisCache`: the per-graph sweeps reach a query only as an argument.
+
+The partitioner owns one cache and hands it to every query it asks, the configs it builds
+among them; executorch calls the decomposition filter after ``ops_to_not_decompose``
+returned, and the configs that filter asks still hold the partitioner's cache.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.export import ExportedProgram
+from torch.nn.utils.parametrizations import weight_norm
+
+from xnnfold import CrossMethodFacts, prepare_for_xnnpack, XnnpackFoldingPartitioner
+from xnnfold.passes import FoldOptions
+from xnnfold.passes.analysis import find_weight_computation, new_analysis_cache
+from xnnfold.passes.analysis._constants import constant_map
+
+LINEAR = torch.ops.aten.linear.default
+
+
+@pytest.fixture
+def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Every constant-map sweep from here on, by the swept graph's node count."""
+    from xnnfold.passes.analysis import _constants
+
+    found: list[int] = []
+    real = _constants._SignatureIndex.of
+
+    def counting(ep: ExportedProgram) -> object:
+        found.append(len(ep.graph.nodes))
+        return real(ep)
+
+    monkeypatch.setattr(_constants._SignatureIndex, "of", staticmethod(counting))
+    return found
+
+
+def _weight_norm_linears() -> ExportedProgram:
+    torch.manual_seed(0)
+    model = nn.Sequential(weight_norm(nn.Linear(4, 4)), weight_norm(nn.Linear(4, 4)))
+    return torch.export.export(prepare_for_xnnpack(model.eval()), (torch.randn(2, 4),))
+
+
+def test_the_filter_executorch_calls_later_reads_the_partitioners_cache(
+    sweeps: list[int],
+) -> None:
+    ep = _weight_norm_linears()
+    partitioner = XnnpackFoldingPartitioner(
+        facts=CrossMethodFacts(), keep_decomposition_filter=True
+    )
+    _, filter_fn = partitioner.ops_to_not_decompose(ep)
+    assert filter_fn is not None and ep.graph in partitioner._analysis
+    asked = len(sweeps)
+    kept = [node.name for node in ep.graph.nodes if filter_fn(node)]
+    # The filter's configs judged both computed weights (and kept the linears) from the
+    # sweep the partitioner made while answering: a config without the cache sweeps again.
+    assert [n for n in kept if n.startswith("linear")] == ["linear", "linear_1"]
+    assert len(sweeps) == asked
+
+
+def test_a_query_keeps_its_sweep_in_the_cache_it_is_given(sweeps: list[int]) -> None:
+    ep = _weight_norm_linears()
+    gemm = next(n for n in ep.graph.nodes if n.target is LINEAR)
+    cache = new_analysis_cache()
+    for _ in range(2):
+        find_weight_computation(
+            gemm, 1, ep, arg_positions=(1, 2), options=FoldOptions(), cache=cache
+        )
+    assert len(sweeps) == 1
+    assert constant_map(ep, cache=cache) is cache[ep.graph]
+    assert len(sweeps) == 1

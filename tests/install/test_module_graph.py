@@ -138,11 +138,9 @@ def _sources(folder: Path) -> dict[Path, str]:
 # None: the analysis caches are handed down as arguments (`AnalysisCache`).
 CONTEXT_VARIABLES: Final[frozenset[str]] = frozenset()
 THREAD_LOCALS: Final = {
-    # The default cross-method facts of a partitioner built without `facts=`.
+    # The default cross-method facts of a partitioner built without `facts=`: the one
+    # documented fallback for hand-built partitioners.
     "passes/partition/_facts.py",
-    # The site marks open while a thread exports: a forward pre-hook opens one and the
-    # forward hook closes it, and two exporting threads must not close each other's.
-    "rewriter/_marking.py",
 }
 
 

@@ -38,6 +38,14 @@ def _hook_count(model: nn.Module) -> int:
     return sum(len(m._forward_pre_hooks) + len(m._forward_hooks) for m in model.modules())
 
 
+def _classes(model: nn.Module) -> list[type]:
+    """The class of every module and of every forward pre-hook (the legacy norms')."""
+    modules = list(model.modules())
+    return [type(m) for m in modules] + [
+        type(h) for m in modules for h in m._forward_pre_hooks.values()
+    ]
+
+
 @pytest.mark.parametrize("norm,layer", CASES)
 def test_finds_the_site(norm: str, layer: str) -> None:
     model = layer_fixture(norm, layer).model()
@@ -61,9 +69,9 @@ def test_outputs_and_state_dict_unchanged(norm: str, layer: str) -> None:
 @pytest.mark.parametrize("norm,layer", CASES)
 def test_is_idempotent(norm: str, layer: str) -> None:
     model = prepare_for_xnnpack(layer_fixture(norm, layer).model())
-    hooks = _hook_count(model)
+    hooks, classes = _hook_count(model), _classes(model)
     prepare_for_xnnpack(model)
-    assert _hook_count(model) == hooks
+    assert _hook_count(model) == hooks and _classes(model) == classes
 
 
 @pytest.mark.parametrize("norm,layer", CASES)
@@ -161,13 +169,22 @@ def test_legacy_removal_still_works_after_prepare() -> None:
     assert find_sites(model) == [] and isinstance(model.weight, nn.Parameter)
 
 
-def test_unprepare_restores_hooks() -> None:
-    model = layer_fixture("spectral_norm", "conv1d").model()
-    hooks = _hook_count(model)
+@pytest.mark.parametrize("norm", ["spectral_norm", "legacy_weight_norm"])
+def test_prepare_changes_classes_only_and_unprepare_gives_them_back(norm: str) -> None:
+    model = layer_fixture(norm, "conv1d").model()
+    hooks, classes = _hook_count(model), _classes(model)
     prepare_for_xnnpack(model)
+    assert _hook_count(model) == hooks and _classes(model) != classes
     unprepare_for_xnnpack(model)
     unprepare_for_xnnpack(model)
-    assert _hook_count(model) == hooks
+    assert _hook_count(model) == hooks and _classes(model) == classes
+
+
+def test_a_parametrization_removed_after_prepare_leaves_a_plain_parameter() -> None:
+    model = prepare_for_xnnpack(weight_norm(nn.Linear(3, 3)))
+    weight = model.weight.detach().clone()
+    parametrize.remove_parametrizations(model, "weight")
+    assert find_sites(model) == [] and torch.equal(model.weight, weight)
 
 
 @pytest.mark.parametrize("norm", ["legacy_weight_norm", "legacy_spectral_norm"])

@@ -110,11 +110,13 @@ def test_passes_on_a_tied_table_stored_beside_the_pte() -> None:
 
 
 def _prepare_state(model: nn.Module) -> list[object]:
-    """Everything `prepare_for_xnnpack` touches: parametrization hooks, legacy hook types."""
+    """Everything `prepare_for_xnnpack` touches: the parametrization lists' classes and
+    hooks, the legacy hooks' classes."""
     state: list[object] = []
     for module in model.modules():
         if parametrize.is_parametrized(module):
             for plist in module.parametrizations.values():
+                state.append(type(plist).__name__)
                 state.append((len(plist._forward_pre_hooks), len(plist._forward_hooks)))
         state.extend(type(hook).__name__ for hook in module._forward_pre_hooks.values())
     return state

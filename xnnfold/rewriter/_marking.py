@@ -8,17 +8,18 @@ node it produces carries ``node.meta["custom"]["xnnfold_site"] = "<module path>.
 through `torch.export.export` and the `to_edge` decompositions. The folding partitioner
 uses the mark to name what it folds and why it declines.
 
-The model is changed in place and only by adding forward hooks (parametrizations) or by
-giving a legacy hook a marking subclass: parameters, buffers, `state_dict()` keys and
-outputs stay the same, and the marks cost nothing outside export.
+The model is changed in place and only by giving a parametrization list or a legacy hook
+the class of a marking subclass, whose call computes the tensor inside its mark (a
+``with`` block: two threads exporting at once never see each other's marks): parameters,
+buffers, `state_dict()` keys and outputs stay the same, and the marks cost nothing outside
+export.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
 from dataclasses import dataclass
-from typing import Any, cast, Final, Optional
+from typing import Any, cast, Final
 
 import torch
 import torch.fx.traceback as fx_traceback
@@ -49,8 +50,6 @@ __all__ = [
 
 # Attribute on a ParametrizationList or legacy hook object holding its site name.
 _SITE_ATTR: Final = "_xnnfold_site"
-# Attribute on a ParametrizationList holding the (pre, post) hook handles.
-_HANDLES_ATTR: Final = "_xnnfold_handles"
 
 WEIGHT_NORM: Final = "weight_norm"
 SPECTRAL_NORM: Final = "spectral_norm"
@@ -121,24 +120,15 @@ def find_sites(model: nn.Module) -> list[FoldSite]:
 
 
 # ---------------------------------------------------------------------------------------
-# Marking. Hooks enter `annotate` only while exporting (or compiling), so eager forwards
-# pay one flag check. `preserve_node_meta` is entered too: non-strict export only copies
-# the annotation onto nodes while it is on.
-
-_stacks = threading.local()
-
-
-def _stack() -> list[contextlib.ExitStack]:
-    if not hasattr(_stacks, "items"):
-        _stacks.items = []
-    return _stacks.items
+# Marking. The marking classes enter `annotate` only while exporting (or compiling), so
+# eager forwards pay one flag check. `preserve_node_meta` is entered too: non-strict export
+# only copies the annotation onto nodes while it is on.
 
 
 def _tracing() -> bool:
-    # Not under dynamo (strict export, a torch.cond branch, torch.compile): it traces these
-    # hooks as Python, and their thread-local stack of open marks is none it can trace.
-    # The nodes go unmarked there, which only leaves their site unnamed: folding does not
-    # depend on the mark.
+    # Not under dynamo (strict export, a torch.cond branch, torch.compile): it traces the
+    # marking classes as Python, and `annotate` is none it can trace. The nodes go unmarked
+    # there, which only leaves their site unnamed: folding does not depend on the mark.
     if torch.compiler.is_dynamo_compiling():
         return False
     return torch.compiler.is_exporting() or torch.compiler.is_compiling()
@@ -164,25 +154,19 @@ def _updates_buffers(plist: nn.ModuleList) -> bool:
     return any(isinstance(p, _SpectralNorm) and p.training for p in plist)
 
 
-class _MarkBegin:
-    """Forward pre-hook of a ParametrizationList: start marking its nodes."""
+class _MarkedParametrizationList(parametrize.ParametrizationList):
+    """A parametrization list computing its tensor inside its site mark."""
 
-    def __call__(self, plist: nn.ModuleList, args: tuple[Any, ...]) -> None:
+    def forward(self) -> torch.Tensor:
+        site = getattr(self, _SITE_ATTR)
         # Strict export too (dynamo, where nothing is marked): its power iteration's
         # buffer updates would otherwise be dropped from the exported program.
-        if torch.compiler.is_exporting() and _updates_buffers(plist):
-            raise _training_error(getattr(plist, _SITE_ATTR))
+        if torch.compiler.is_exporting() and _updates_buffers(self):
+            raise _training_error(site)
         if not _tracing():
-            return
-        _stack().append(_enter_mark(getattr(plist, _SITE_ATTR)))
-
-
-class _MarkEnd:
-    """Forward hook (always called) of a ParametrizationList: stop marking."""
-
-    def __call__(self, plist: nn.Module, args: tuple[Any, ...], output: Any) -> None:
-        if _tracing() and _stack():
-            _stack().pop().close()
+            return super().forward()
+        with _enter_mark(site):
+            return super().forward()
 
 
 class _MarkedLegacyWeightNorm(_LegacyWeightNorm):
@@ -216,13 +200,13 @@ _UNMARKED_LEGACY: Final = {v: k for k, v in _MARKED_LEGACY.items()}
 
 
 def _mark_parametrization(plist: nn.Module, site: str) -> None:
+    if type(plist) is parametrize.ParametrizationList:
+        # A subclass, as for the legacy hooks: `parametrize` finds its lists with
+        # isinstance, and remove_parametrizations must keep working. (A list of another
+        # class, which `register_parametrization` never builds, stays unmarked: only its
+        # site goes unnamed.)
+        plist.__class__ = _MarkedParametrizationList
     setattr(plist, _SITE_ATTR, site)  # refreshed on every prepare: paths may change
-    if getattr(plist, _HANDLES_ATTR, None) is None:
-        handles = (
-            plist.register_forward_pre_hook(_MarkBegin()),
-            plist.register_forward_hook(_MarkEnd(), always_call=True),
-        )
-        object.__setattr__(plist, _HANDLES_ATTR, handles)
 
 
 def _mark_legacy(hook: Any, site: str) -> None:
@@ -282,7 +266,7 @@ def is_prepared(model: nn.Module) -> bool:
     """True when `prepare_for_xnnpack` has marked some computed tensor of ``model``."""
     for module in model.modules():
         if parametrize.is_parametrized(module) and any(
-            getattr(plist, _HANDLES_ATTR, None) is not None
+            type(plist) is _MarkedParametrizationList
             for plist in cast(nn.ModuleDict, module.parametrizations).values()
         ):
             return True
@@ -292,13 +276,11 @@ def is_prepared(model: nn.Module) -> bool:
 
 
 def unprepare_for_xnnpack(model: nn.Module) -> nn.Module:
-    """Undo `prepare_for_xnnpack`: remove its hooks and marks. In place; idempotent."""
+    """Undo `prepare_for_xnnpack`: give back the classes it changed, remove its marks. In
+    place; idempotent."""
     for _, module in model.named_modules():
-        handles: Optional[tuple[Any, ...]] = getattr(module, _HANDLES_ATTR, None)
-        if handles is not None:
-            for handle in handles:
-                handle.remove()
-            object.__delattr__(module, _HANDLES_ATTR)
+        if type(module) is _MarkedParametrizationList:
+            cast(Any, module).__class__ = parametrize.ParametrizationList
         if hasattr(module, _SITE_ATTR) and isinstance(module, nn.ModuleList):
             object.__delattr__(module, _SITE_ATTR)
         for hook in _legacy_hooks(module):

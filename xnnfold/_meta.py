@@ -1,12 +1,50 @@
-"""The node-metadata keys through which xnnfold's stages talk, with no dependency at all.
+"""The node-metadata keys of xnnfold's stages, each with its one writer, and no imports at all.
 
-`prepare_for_xnnpack` marks the nodes that compute a parametrized tensor (`SITE_META_KEY`
-inside ``node.meta["custom"]``, which `torch.export` and the `to_edge` decompositions carry
-over); the folding partitioner marks each GEMM it accepted with a computed weight or bias
-(`FOLD_META_KEY`, with the options it decided with), and the fold pass reads those marks
-inside XNNPACK preprocess. Every stage imports its keys from here, so a rename cannot
-leave one behind, and marking (torch only) and the codemod (neither torch nor executorch)
-can import them without executorch.
+Marking (torch only) and the codemod (neither torch nor executorch) import their keys from
+here without executorch, and a rename cannot leave one behind. What a stage decided
+reaches the next stage as a value (its findings, `decide`'s arguments); node.meta carries
+only what someone else reads after the stage returned:
+
+- what executorch reads:
+
+  - ``delegation_tag`` (`DELEGATION_TAG_META_KEY`): the partition a node is delegated
+    in; written by `tag_partitions` (``passes/partition/_grouping.py``), as executorch's
+    `ConfigerationBasedPartitioner` tags.
+  - the external-data tags (`EXTERNAL_TAG_KEYS`) of a tied table's placeholder, under
+    executorch's default tag (`EXTERNAL_CONSTANT_TAG`); written by `tag_external`
+    (``passes/partition/_tied.py``), with ``tie_tables=True`` or the deprecated
+    `xnnfold.tie_tables`.
+
+- the one fold mark, the only carrier into XNNPACK preprocess (executorch hands it the
+  delegate's program alone): ``xnnfold_fold`` (`FOLD_META_KEY`), a frozen `FoldMark`
+  (``passes/_marks.py``: the arguments to fold with their sites, addmm's scales, the
+  `FoldOptions`, the growth of each fold) on each delegated GEMM with something to fold;
+  written by `write_fold_marks` (``passes/partition/_outcome.py``), read by the fold
+  pass and its hook and by `explain`. The fold pass drops it from its private copy once
+  it has folded.
+
+- what `explain` reads from a lowered program: ``xnnfold_reason`` (`REASON_META_KEY`), a
+  frozen `GemmReason` (the reason, its code and, for a GEMM the growth budget left
+  outside, what its folds would have added) on each GEMM outside a delegate or taking
+  its weight at run time; written by `record_reasons` (``passes/partition/_outcome.py``).
+
+- inside ``node.meta["custom"]`` (`CUSTOM_META_KEY`), the one dict `torch.export` and
+  executorch's decompositions carry onto the nodes they derive:
+
+  - ``xnnfold_site`` (`SITE_META_KEY`): which parametrized tensor a node computes;
+    written by `prepare_for_xnnpack`'s marking classes (``rewriter/_marking.py``)
+    through ``torch.fx.traceback.annotate``, read by the analysis (`site_of`) for names
+    in reasons and `explain`.
+  - ``xnnfold_preserved`` (`PRESERVED_META_KEY`): an ATen node kept undecomposed for a
+    fold; written by the decomposition filter (`mark_preserved`,
+    ``passes/partition/_decompositions.py``), read once per call by the partitioner
+    (`kept_for_folds`). The decompositions rename the nodes they keep
+    (``_weight_norm_3`` becomes ``aten__weight_norm_default_3``); torch's provenance
+    (``meta["from_node"]``) names the decomposed pieces of a node after it too, and only
+    by an ATen graph's ``id``, so the mark is how partitioning finds the kept nodes.
+
+The other keys are torch's (`VAL_META_KEY`, `NN_MODULE_STACK_META_KEY`,
+`STACK_TRACE_META_KEY`), read only.
 """
 
 from __future__ import annotations
@@ -18,16 +56,10 @@ __all__ = [
     "DELEGATION_TAG_META_KEY",
     "EXTERNAL_CONSTANT_TAG",
     "EXTERNAL_TAG_KEYS",
-    "FOLD_MARK_KEYS",
     "FOLD_META_KEY",
-    "FOLD_OPTIONS_META_KEY",
-    "FOLD_SCALES_META_KEY",
-    "GROWTH_META_KEY",
     "NN_MODULE_STACK_META_KEY",
-    "PARTITION_MARK_KEYS",
     "PRESERVED_META_KEY",
     "PROVENANCE_META_KEYS",
-    "REASON_CODE_META_KEY",
     "REASON_META_KEY",
     "SITE_META_KEY",
     "STACK_TRACE_META_KEY",
@@ -39,39 +71,16 @@ __all__ = [
 CUSTOM_META_KEY: Final = "custom"
 # Inside node.meta["custom"]: "<module path>.<tensor name>" of the parametrized tensor.
 SITE_META_KEY: Final = "xnnfold_site"
-# On a GEMM node the folding partitioner accepted: {arg index: site or None} to fold.
+# On a delegated GEMM with something to fold: its `FoldMark`.
 FOLD_META_KEY: Final = "xnnfold_fold"
-# Beside it: the `FoldOptions` the partitioner decided with, so the fold pass that the
-# preprocess hook builds re-checks with exactly those options.
-FOLD_OPTIONS_META_KEY: Final = "xnnfold_fold_options"
-# On an addmm the folding partitioner accepted with beta != 1 or alpha != 1: {arg index:
-# factor}. XNNPACK's fully-connected op has no such scales, so the fold pass multiplies
-# them into the weight and bias constants and resets the addmm's to 1.
-FOLD_SCALES_META_KEY: Final = "xnnfold_fold_scales"
-# On a GEMM whose fold grows the program, folded or left outside by the growth budget:
-# (bytes added, the name of the group of folds that share its sources), for `explain`.
-GROWTH_META_KEY: Final = "xnnfold_growth"
-# The marks that ask the fold pass to rewrite a GEMM (`has_fold_marks`).
-FOLD_MARK_KEYS: Final = (FOLD_META_KEY, FOLD_SCALES_META_KEY)
-# Everything the partitioner writes onto a GEMM after its final matching round
-# (`passes/partition/_outcome.py`), and clears first.
-PARTITION_MARK_KEYS: Final = (
-    FOLD_META_KEY,
-    FOLD_SCALES_META_KEY,
-    FOLD_OPTIONS_META_KEY,
-    GROWTH_META_KEY,
-)
 # Inside node.meta["custom"] of an ATen node the partitioner asked executorch not to
-# decompose for a fold. The decompositions rename the nodes they keep and carry only
-# "custom" over, so this is how partitioning finds them in the edge program; the
-# partitioner reads it once per call (`kept_for_folds`) and hands the names on as data.
+# decompose for a fold: True.
 PRESERVED_META_KEY: Final = "xnnfold_preserved"
-# On a GEMM node the folding partitioner left outside its delegates: why, for `explain`.
+# On a GEMM left outside the delegates, or delegated with its weight taken at run time:
+# its `GemmReason`.
 REASON_META_KEY: Final = "xnnfold_reason"
-# Beside it: the stable code of the rule that decided (XNF5xx, docs/reasons.md).
-REASON_CODE_META_KEY: Final = "xnnfold_reason_code"
 
-# torch.fx and executorch's own keys.
+# torch.fx's and executorch's own keys.
 VAL_META_KEY: Final = "val"
 NN_MODULE_STACK_META_KEY: Final = "nn_module_stack"
 STACK_TRACE_META_KEY: Final = "stack_trace"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -10,8 +11,9 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 
 from xnnfold import FoldComputedWeightsPass
-from xnnfold._meta import FOLD_META_KEY, FOLD_OPTIONS_META_KEY
+from xnnfold._meta import FOLD_META_KEY
 from xnnfold.passes import FoldOptions
+from xnnfold.passes._marks import fold_mark_of, FoldMark
 
 from tests._lowering import fixture_by_name, lower_stock, lowered_folding
 
@@ -85,8 +87,7 @@ def test_ignores_a_hand_made_mark_on_an_unfoldable_argument() -> None:
     """A mark alone never folds: the argument must pass the shared predicate here too."""
     ep = _delegate_program(lowered_folding("weight_norm_dim0-conv1d").edge)
     gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
-    gemm.meta[FOLD_META_KEY] = {0: None}  # the activation
-    del gemm.meta[FOLD_OPTIONS_META_KEY]
+    gemm.meta[FOLD_META_KEY] = FoldMark(FoldOptions(), arguments=((0, None),))  # the activation
     graph_before = str(ep.graph)
     assert not FoldComputedWeightsPass(ep)(ep.graph_module).modified
     assert str(ep.graph) == graph_before
@@ -97,13 +98,19 @@ def test_rechecks_with_the_options_the_partitioner_marked() -> None:
     edge = lowered_folding("weight_norm_dim0-conv1d").edge
     ep = _delegate_program(edge)
     gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
-    assert gemm.meta[FOLD_OPTIONS_META_KEY] == FoldOptions()
+    mark = fold_mark_of(gemm)
+    assert mark is not None and mark.options == FoldOptions()
     # A computation over the marked options' limit is declined, and loudly: left
-    # unfolded, it would reach the XNNPACK serializer. The pass's own (default) options
-    # do not override the mark.
-    gemm.meta[FOLD_OPTIONS_META_KEY] = FoldOptions(max_fold_nodes=1)
+    # unfolded, it would reach the XNNPACK serializer.
+    gemm.meta[FOLD_META_KEY] = dataclasses.replace(mark, options=FoldOptions(max_fold_nodes=1))
     with pytest.raises(RuntimeError, match="more than 1 nodes"):
-        FoldComputedWeightsPass(ep, options=FoldOptions())(ep.graph_module)
+        FoldComputedWeightsPass(ep)(ep.graph_module)
+
+
+def test_the_options_keyword_is_deprecated_and_changes_nothing() -> None:
+    ep = _delegate_program(lowered_folding("weight_norm_dim0-conv1d").edge)
+    with pytest.warns(DeprecationWarning, match="has no effect"):
+        FoldComputedWeightsPass(ep, options=FoldOptions(max_fold_nodes=1))
 
 
 def _add_reader(ep: ExportedProgram, value: torch.fx.Node) -> None:
@@ -118,9 +125,11 @@ def _marked_weight_computation(ep: ExportedProgram):
     from xnnfold.passes.analysis import find_weight_computation
 
     gemm = next(n for n in ep.graph.nodes if FOLD_META_KEY in n.meta)
-    (index,) = gemm.meta[FOLD_META_KEY]
+    mark = fold_mark_of(gemm)
+    assert mark is not None
+    (index,) = mark.folded
     computation = find_weight_computation(
-        gemm, index, ep, arg_positions=(1, 2), options=gemm.meta[FOLD_OPTIONS_META_KEY]
+        gemm, index, ep, arg_positions=(1, 2), options=mark.options
     )
     return computation
 

@@ -12,6 +12,8 @@
   an argument (`decide`'s ``kept``, ``facts``, ``decisions``);
 - only the shared analysis calls the predicate (`find_weight_computation`): the stages
   ask the decision ladder (`decide`);
+- each of xnnfold's own marks on node.meta has one writer, and partitioning reads back
+  none of the marks it writes (what it needs afterwards comes from its findings);
 - the edge matching does not stand on the ATen planner;
 - a module holds one concern and a function one decision: none over 400 and 80 lines,
   but those listed.
@@ -283,6 +285,69 @@ def test_the_analysis_reads_metadata_by_its_named_keys_and_writes_none() -> None
             reads += 1
     assert reads, "the analysis reads no metadata: the scan found nothing"
     assert problems == []
+
+
+# xnnfold's own marks, each with its one writer (`xnnfold/_meta.py` lists them).
+MARK_WRITERS: Final = {
+    "FOLD_META_KEY": {"passes/partition/_outcome.py"},
+    "REASON_META_KEY": {"passes/partition/_outcome.py"},
+    "PRESERVED_META_KEY": {"passes/partition/_decompositions.py"},
+}
+# What reads a mark back: partitioning reads none of the marks it writes.
+_MARK_READERS: Final = frozenset({"fold_mark_of", "reason_of", "has_fold_marks"})
+
+
+def _stores(tree: ast.AST, key: str) -> bool:
+    """Whether ``tree`` assigns ``<something>[key] = ...``."""
+    return any(
+        isinstance(node, ast.Subscript)
+        and isinstance(node.ctx, ast.Store)
+        and isinstance(node.slice, ast.Name)
+        and node.slice.id == key
+        for node in ast.walk(tree)
+    )
+
+
+def test_each_mark_has_one_writer() -> None:
+    trees = _trees()
+    writers = {key: {p for p, tree in trees.items() if _stores(tree, key)} for key in MARK_WRITERS}
+    assert writers == MARK_WRITERS
+
+
+def test_partitioning_reads_back_none_of_the_marks_it_writes() -> None:
+    """What partitioning needs after it matched (the hook, the reasons, the tied tables'
+    reason) comes from its findings, never from a fold mark or a reason read back."""
+    problems = []
+    for path, tree in _trees().items():
+        if not path.startswith("passes/partition/"):
+            continue
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in _MARK_READERS:
+                problems.append(f"{path}:{node.lineno} {node.id}")
+            if isinstance(node, ast.ImportFrom) and any(
+                alias.name in _MARK_READERS for alias in node.names
+            ):
+                problems.append(f"{path}:{node.lineno} imports a reader")
+            if isinstance(node, ast.Attribute) and node.attr == "meta":
+                key = _meta_key(node, parents)
+                if isinstance(key, ast.Name) and key.id in ("FOLD_META_KEY", "REASON_META_KEY"):
+                    parent = parents.get(node)
+                    if not (
+                        isinstance(parent, ast.Subscript) and isinstance(parent.ctx, ast.Store)
+                    ):
+                        problems.append(f"{path}:{node.lineno} reads node.meta[{key.id}]")
+    assert problems == []
+
+
+def test_the_mark_scans_find_what_they_look_for() -> None:
+    assert _stores(ast.parse("node.meta[FOLD_META_KEY] = mark"), "FOLD_META_KEY")
+    assert not _stores(ast.parse("node.meta.pop(FOLD_META_KEY, None)"), "FOLD_META_KEY")
+    tree = ast.parse("x = node.meta.get(REASON_META_KEY)")
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    (meta,) = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "meta"]
+    key = _meta_key(meta, parents)
+    assert isinstance(key, ast.Name) and key.id == "REASON_META_KEY"
 
 
 def test_the_edge_matching_does_not_stand_on_the_aten_plan() -> None:

@@ -3,7 +3,7 @@
 Read from the source (no module is imported, so no torch): every import statement of every
 module, at any depth (also under ``TYPE_CHECKING`` and inside functions), names the unit it
 reaches. A unit is a subpackage (`analysis`, `partition`, `fold`, `report`), a top-level
-module (`_ops`, `_codes`, `_options`, `_walk`) or the facade (`xnnfold/passes/__init__.py`).
+module (`_ops`, `_codes`, `_options`, `_walk`, `_marks`) or the facade (`xnnfold/passes/__init__.py`).
 
 The allowed direction, top to bottom (a unit imports only units of lower layers):
 
@@ -11,6 +11,7 @@ The allowed direction, top to bottom (a unit imports only units of lower layers)
     partition     the partitioner; installs the fold hook, collects the report's reasons
     fold, report  the fold pass and its hook; reasons, `explain`, `summarize`
     analysis      the rules every stage shares: the predicate, argument rules, growth ledger
+    _marks        the fold mark and the reason the partitioner leaves on a GEMM
     _options      `FoldOptions`
     _codes, _walk reason codes; graph walks
     _ops          op sets and argument tables
@@ -37,7 +38,7 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     (FACADE,),
     ("partition",),
     ("fold", "report"),
-    ("analysis",),
+    ("analysis", "_marks"),
     ("_options",),
     ("_codes", "_walk"),
     ("_ops",),

@@ -17,7 +17,7 @@ from torch import nn
 
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
-from xnnfold._meta import FOLD_SCALES_META_KEY
+from xnnfold.passes._marks import fold_mark_of
 
 from tests._lowering import lower_stock
 
@@ -141,8 +141,8 @@ def test_the_scales_leave_the_delegate_as_a_plain_addmm() -> None:
     model = ScaledAddmm(beta=0.5, alpha=2.0, computed_weight=False, computed_bias=False)
     edge = xnnfold.lower(model.eval(), _inputs())
     ((_, lowered, _),) = get_lowered_submodules(edge.exported_program().graph_module)
-    marked = [n for n in lowered.original_module.graph.nodes if FOLD_SCALES_META_KEY in n.meta]
-    assert [n.meta[FOLD_SCALES_META_KEY] for n in marked] == [{0: 0.5, 2: 2.0}]
+    marks = [fold_mark_of(n) for n in lowered.original_module.graph.nodes]
+    assert [m.scales for m in marks if m is not None] == [((0, 0.5), (2, 2.0))]
 
 
 @pytest.mark.parametrize(

@@ -111,18 +111,14 @@ def test_the_budget_reaches_the_fold_pass_on_the_mark() -> None:
     """The fold pass re-checks with the options the partitioner decided with."""
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
-    from xnnfold._meta import FOLD_OPTIONS_META_KEY
+    from xnnfold.passes._marks import fold_mark_of
 
     model = _Broadcast(how="expand", dims=1, transposed=False)
     budget = _budget(model.added_bytes())
     edge = _lower(model, model.inputs(), budget)
     ((_, lowered, _),) = get_lowered_submodules(edge.exported_program().graph_module)
-    marks = [
-        n.meta[FOLD_OPTIONS_META_KEY]
-        for n in lowered.original_module.graph.nodes
-        if FOLD_OPTIONS_META_KEY in n.meta
-    ]
-    assert [m.growth_budget for m in marks] == [budget]
+    marks = [fold_mark_of(n) for n in lowered.original_module.graph.nodes]
+    assert [m.options.growth_budget for m in marks if m is not None] == [budget]
 
 
 @pytest.mark.slow

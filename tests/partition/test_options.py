@@ -20,10 +20,10 @@ from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
-from xnnfold._meta import FOLD_OPTIONS_META_KEY
 from xnnfold._upstream import supports_bf16
 from xnnfold.passes import FoldingLinearConfig, FoldOptions
 from xnnfold.passes._codes import SHARED_TOO_WIDE
+from xnnfold.passes._marks import fold_mark_of
 from xnnfold.passes.analysis import (
     find_weight_computation,
     Rejection,
@@ -73,12 +73,8 @@ def test_max_fold_nodes_reaches_the_predicate_and_the_mark() -> None:
     from executorch.exir.lowered_backend_module import get_lowered_submodules
 
     ((_, lowered, _),) = get_lowered_submodules(edge.exported_program().graph_module)
-    marks = [
-        n.meta[FOLD_OPTIONS_META_KEY]
-        for n in lowered.original_module.graph.nodes
-        if FOLD_OPTIONS_META_KEY in n.meta
-    ]
-    assert marks == [FoldOptions(max_fold_nodes=50)] * 2
+    marks = [fold_mark_of(n) for n in lowered.original_module.graph.nodes]
+    assert [m.options for m in marks if m is not None] == [FoldOptions(max_fold_nodes=50)] * 2
 
 
 def test_keep_decomposition_filter_returns_the_filter() -> None:

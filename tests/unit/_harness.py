@@ -34,8 +34,9 @@ from torch import nn
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._meta import DELEGATION_TAG_META_KEY, REASON_CODE_META_KEY
+from xnnfold._meta import DELEGATION_TAG_META_KEY
 from xnnfold.passes import XnnpackFoldingPartitioner
+from xnnfold.passes._marks import reason_of
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     AnalysisCache,
@@ -207,9 +208,9 @@ class _Partitioner:
         XnnpackFoldingPartitioner(tie_tables=True).partition(ep)
 
     def __call__(self, judged: Judged) -> str:
-        code = judged.gemm.meta.get(REASON_CODE_META_KEY)
-        if code is not None:
-            return str(code)
+        reason = reason_of(judged.gemm)
+        if reason is not None:
+            return reason.code
         return ACCEPTED if DELEGATION_TAG_META_KEY in judged.gemm.meta else "not delegated"
 
 

@@ -6,8 +6,8 @@ so a subclass would never be called. The smallest hook is to wrap the one static
 
 Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
 
-- importing xnnfold installs nothing; `XnnpackFoldingPartitioner` installs the hook when it
-  marks a GEMM for folding, and `install_preprocess_hook()` does it by hand;
+- importing xnnfold installs nothing; `XnnpackFoldingPartitioner` installs the hook when
+  what it found in a partition has a fold, and `install_preprocess_hook()` does it by hand;
 - the wrapper acts only on a delegate whose GEMMs the folding partitioner marked; any
   other program goes to the stock preprocess untouched, so while it is installed stock
   lowerings still give byte-identical programs;

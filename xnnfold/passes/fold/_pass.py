@@ -7,30 +7,27 @@ once, with the same ATen kernels eager PyTorch uses, and replaces it by a parame
 delegate. Afterwards the delegate looks exactly as if the weight had been a parameter, and
 the source parameters (`original0/1`, `weight_g/weight_v`, `weight_orig`) are gone from it.
 
-Only GEMMs that the folding partitioner marked (`FOLD_META_KEY`) are considered, and each is
-re-checked here by the same decision ladder the partitioner used (`decide`, at
-`Stage.DELEGATE`); a program with no marks is left untouched, so a second run reports
-``modified=False``.
+Only GEMMs that the folding partitioner marked are considered (their `FoldMark`, under
+`FOLD_META_KEY`), and each is re-checked here by the same decision ladder the partitioner
+used (`decide`, at `Stage.DELEGATE`), with the options the mark carries. Once it has folded,
+the pass drops the marks from its program (executorch's private copy): a program with no
+marks is left untouched, so a second run reports ``modified=False``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Final, Optional
+import warnings
+from typing import Optional
 
 import torch
 from executorch.exir.pass_base import PassResult
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from xnnfold._meta import (
-    FOLD_MARK_KEYS,
-    FOLD_META_KEY,
-    FOLD_OPTIONS_META_KEY,
-    FOLD_SCALES_META_KEY,
-    VAL_META_KEY,
-)
+from xnnfold._meta import FOLD_META_KEY, VAL_META_KEY
 from xnnfold._upstream import exir_ops, XNNPACKPass
+from xnnfold.passes._marks import fold_mark_of, FoldMark
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
@@ -53,7 +50,7 @@ _SCALE_KWARGS = frozenset({"beta", "alpha"})
 
 def has_fold_marks(ep: ExportedProgram) -> bool:
     """True when some GEMM of ``ep`` was marked for folding by the partitioner."""
-    return any(key in node.meta for node in ep.graph.nodes for key in FOLD_MARK_KEYS)
+    return any(fold_mark_of(node) is not None for node in ep.graph.nodes)
 
 
 def _outermost_first(computations: list[WeightComputation]) -> list[WeightComputation]:
@@ -140,44 +137,42 @@ def _without_final_transpose(computation: WeightComputation) -> Optional[WeightC
     )
 
 
-# Frozen, so one shared default is safe.
-_DEFAULT_OPTIONS: Final = FoldOptions()
-
-
 class FoldComputedWeightsPass(XNNPACKPass):
     """Replace each marked GEMM's computed weight or bias by a folded parameter.
 
-    Idempotent: folded arguments are parameters, which the predicate no longer reports.
-    Leaves alone every GEMM without the partitioner's mark and every node that is not part
-    of a folded computation.
+    Idempotent: folded arguments are parameters, which the predicate no longer reports,
+    and the marks acted on are dropped. Leaves alone every GEMM without the partitioner's
+    mark and every node that is not part of a folded computation.
+
+    ``options`` is accepted for compatibility and has no effect: every mark carries the
+    `FoldOptions` the partitioner decided with, and the pass re-checks with those.
     """
 
     def __init__(
         self,
         exported_program: ExportedProgram,
         *,
-        options: FoldOptions = _DEFAULT_OPTIONS,
+        options: Optional[FoldOptions] = None,
     ) -> None:
         super().__init__(exported_program)
-        # For GEMMs marked without options (by hand); the partitioner's marks carry the
-        # options it decided with, and those win.
-        self.options = options
+        if options is not None:
+            warnings.warn(
+                "FoldComputedWeightsPass(options=...) has no effect: each fold mark carries "
+                "the FoldOptions the partitioner decided with; leave the keyword out",
+                DeprecationWarning,
+                stacklevel=2,
+            )
         # This pass's own constant maps (the delegate's program is a private copy).
         self._analysis = new_analysis_cache()
 
-    def _computations(self) -> list[WeightComputation]:
+    def _computations(self, marked: dict[Node, FoldMark]) -> list[WeightComputation]:
         ep = self.exported_program
         found: list[WeightComputation] = []
-        for node in ep.graph.nodes:
-            marks: Optional[dict[int, Optional[str]]] = node.meta.get(FOLD_META_KEY)
-            if node.op != "call_function" or not marks:
-                continue
-            positions = EDGE_GEMM_ARGS.get(node.target)
+        for node, mark in marked.items():
+            positions = EDGE_GEMM_ARGS.get(node.target) if node.op == "call_function" else None
             if positions is None:
                 continue
-            # The partitioner's marks carry the options it decided with.
-            options: Optional[FoldOptions] = node.meta.get(FOLD_OPTIONS_META_KEY)
-            for index in marks:
+            for index in mark.folded:
                 if index not in positions:
                     continue
                 verdict = decide(
@@ -185,13 +180,13 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     index,
                     ep,
                     arg_positions=positions,
-                    options=options or self.options,
+                    options=mark.options,
                     stage=Stage.DELEGATE,
                     cache=self._analysis,
                 )
                 if verdict is None:
                     continue
-                if verdict.computation is None and options is not None:
+                if verdict.computation is None:
                     # The partitioner accepted this computation into the delegate; left
                     # unfolded, its ops would reach the XNNPACK serializer as if they
                     # were part of the model. Never emit that.
@@ -222,7 +217,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
     def _apply_scales(
         self,
         gemm: Node,
-        scales: dict[int, float],
+        scales: tuple[tuple[int, float], ...],
         before: Node,
         constants: ConstantPlaceholders,
     ) -> tuple[Node, list[Node]]:
@@ -234,7 +229,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         """
         graph = self.exported_program.graph
         dead: list[Node] = []
-        for index, factor in scales.items():
+        for index, factor in scales:
             arg = gemm.args[index]
             transpose = arg if isinstance(arg, Node) and is_matrix_transpose(arg) else None
             stored = transpose.args[0] if transpose is not None else arg
@@ -268,18 +263,15 @@ class FoldComputedWeightsPass(XNNPACKPass):
             if not stored.users:
                 dead.append(stored)
         gemm.kwargs = {k: v for k, v in gemm.kwargs.items() if k not in _SCALE_KWARGS}
-        # A new dict, not an in-place pop: fx copies meta shallowly (see call).
-        gemm.meta = {k: v for k, v in gemm.meta.items() if k != FOLD_SCALES_META_KEY}
         return before, dead
 
     def call(self, graph_module: GraphModule) -> PassResult:
         ep = self.exported_program
         graph = graph_module.graph
-        computations = self._computations()
+        marked = {node: mark for node in graph.nodes if (mark := fold_mark_of(node)) is not None}
+        computations = self._computations(marked)
         scaled = [
-            node
-            for node in graph.nodes
-            if node.op == "call_function" and node.meta.get(FOLD_SCALES_META_KEY)
+            node for node, mark in marked.items() if node.op == "call_function" and mark.scales
         ]
         if not computations and not scaled:
             return PassResult(graph_module, False)
@@ -318,26 +310,20 @@ class FoldComputedWeightsPass(XNNPACKPass):
                 if source not in removed and not source.users:
                     dead_sources.append(source)
                     removed.add(source)
-            # A new dict, not an in-place pop: fx copies meta shallowly, so the dict may
-            # be shared with the top-level program's node.
-            remaining = {
-                index: site
-                for index, site in computation.gemm.meta.get(FOLD_META_KEY, {}).items()
-                if index != computation.arg_index
-            }
-            if remaining:
-                computation.gemm.meta[FOLD_META_KEY] = remaining
-            else:
-                computation.gemm.meta.pop(FOLD_META_KEY, None)
 
         for gemm in scaled:
             if gemm in removed:
                 continue  # evaluated, scales and all, inside an enclosing computation
             first_input, dead = self._apply_scales(
-                gemm, gemm.meta[FOLD_SCALES_META_KEY], first_input, constants
+                gemm, marked[gemm].scales, first_input, constants
             )
             dead_sources.extend(n for n in dead if n not in removed)
             removed.update(dead)
+        for gemm in marked:
+            if gemm not in removed:
+                # Acted on. A new dict, not an in-place pop: fx copies meta shallowly, so
+                # the dict may be shared with another program's node.
+                gemm.meta = {k: v for k, v in gemm.meta.items() if k != FOLD_META_KEY}
 
         constants.delete(dead_sources)
         graph.lint()

@@ -155,7 +155,7 @@ class FoldingAddmmConfig(_SkipSourcePartitionMixin, AddmmConfig):
     weight, so ``beta``/``alpha`` are dropped and a bias of shape (), (M, 1) or (M, N) is
     read as if it were (N,): a wrong result. Here an addmm is accepted only when its bias
     is per output channel, and ``beta``/``alpha`` other than 1 are folded into the bias
-    and weight constants (`FOLD_SCALES_META_KEY`), which needs both to be constants or
+    and weight constants (`FoldMark.scales`), which needs both to be constants or
     foldable computations of constants; anything else stays on portable, with a reason.
     """
 

@@ -5,7 +5,7 @@ convolution, linear, addmm or mm whose fp32 weight or bias is not a parameter.
 `FoldingGEMMMixin` changes exactly one thing in a config it is mixed into: when the stock
 check declines such an argument and the decision ladder (`decide`) folds it, the
 computation joins the GEMM's partition, and the config reports the fold (`Findings.folds`),
-which the partitioner writes onto the GEMM (`FOLD_META_KEY`) after the final matching round
+which the partitioner writes onto the GEMM (its `FoldMark`) after the final matching round
 for the fold pass to read at preprocess. Everything else is the stock config's decision.
 The four folding configs and their XNNPACK quirks are in `_configs`, as executorch keeps
 `XNNPartitionerConfig` (xnnpack_config.py) apart from its GEMM configs.

@@ -5,7 +5,7 @@ Each round builds its configs with the previous round's decisions (`RoundDecisio
 through ``configs_for``), runs the match, and returns the groups with what the configs
 found (`Matching`); the next round's decisions are computed from those values. Nothing
 is carried between rounds except the decisions, and nothing is written onto the graph:
-the partitioner writes the final round's marks (`_outcome.write_marks`).
+the partitioner writes the final round's marks (`_outcome.write_fold_marks`).
 """
 
 from __future__ import annotations

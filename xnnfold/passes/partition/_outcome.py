@@ -1,38 +1,40 @@
-"""What the partitioner writes onto a program it partitioned, from the final matching's
-values, and nothing else does: the fold marks the fold pass reads inside each delegate
-(`write_marks`), why each GEMM left outside a delegate stays there (`record_reasons`, for
-`explain`, with a warning when its weight is computed from parameters), and the check
-that every op kept undecomposed for a fold landed in a delegate.
+"""What the partitioner writes onto a program it partitioned, from the values its final
+round found, and nothing else does: the one fold mark of each delegated GEMM with something
+to fold, which the fold pass reads inside its delegate (`write_fold_marks`), why each GEMM
+outside a delegate or taking its weight at run time is so (`record_reasons`, for `explain`,
+with a warning when a weight computed from parameters stays on portable), and the check
+that every op kept undecomposed for a fold landed in a delegate. Nothing here reads back
+what it wrote: each function takes the stage's values (`Findings`, the partitioned node
+names, the tables found tied) and writes its own keys only.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from typing import Final, Optional
+from typing import AbstractSet, Final, Mapping, Optional, Sequence
 
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._meta import (
-    DELEGATION_TAG_META_KEY,
-    FOLD_META_KEY,
-    FOLD_OPTIONS_META_KEY,
-    FOLD_SCALES_META_KEY,
-    GROWTH_META_KEY,
-    PARTITION_MARK_KEYS,
-    REASON_CODE_META_KEY,
-    REASON_META_KEY,
-)
-from xnnfold.passes._codes import STOCK
+from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
+from xnnfold.passes._codes import BEYOND_BUDGET, Problem, ReasonCode, STOCK
+from xnnfold.passes._marks import FoldMark, GemmReason
 from xnnfold.passes._ops import EDGE_GEMM_ARGS, QUANTIZATION_NAMESPACES
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import walk
-from xnnfold.passes.analysis import is_gemm, op_overload, Rejection
+from xnnfold.passes.analysis import is_gemm, op_overload, Rejection, UntiedTable
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.report._reasons import module_path, reads_parameters
 
-__all__ = ["PARTITIONER_LOGGER", "check_preserved_were_delegated", "record_reasons", "write_marks"]
+__all__ = [
+    "PARTITIONER_LOGGER",
+    "check_preserved_were_delegated",
+    "fold_mark",
+    "gemm_reason",
+    "record_reasons",
+    "write_fold_marks",
+]
 
 # The logger of every warning the partitioner gives, wherever it is written: the name
 # users configure and filter by, which stays when the modules behind it move.
@@ -40,26 +42,35 @@ PARTITIONER_LOGGER: Final = "xnnfold.passes.partition._partitioner"
 logger = logging.getLogger(PARTITIONER_LOGGER)
 
 
-def write_marks(ep: ExportedProgram, findings: Findings, options: FoldOptions) -> None:
-    """Write the final round's folds onto its GEMMs, for the fold pass and `explain`:
-    the arguments to fold and addmm's scales, with the options they were decided with,
-    and what each fold that grows the program adds. Marks a node carries from before
-    (copied metadata) are cleared first. Warns once per argument folded although its
-    sources stay in the program for another reader."""
+def fold_mark(name: str, findings: Findings, options: FoldOptions) -> Optional[FoldMark]:
+    """The fold mark of GEMM ``name`` from the final round's ``findings``: the arguments
+    to fold and addmm's scales, decided with ``options``, and what each fold that grows
+    the program adds; None when it has nothing to fold."""
+    folded = findings.folds.get(name) or {}
+    scales = findings.scales.get(name) or {}
+    if not folded and not scales:
+        return None
+    growth = findings.growth.get(name) or {}
+    return FoldMark(
+        options,
+        tuple(folded.items()),
+        tuple(scales.items()),
+        tuple((index, *grown) for index, grown in growth.items() if index in folded),
+    )
+
+
+def write_fold_marks(
+    ep: ExportedProgram, findings: Findings, options: FoldOptions, delegated: AbstractSet[str]
+) -> None:
+    """Write the fold mark (`fold_mark`) onto each GEMM of ``delegated`` (the partitioned
+    nodes, by name) with something to fold, for the fold pass inside its delegate and
+    `explain`; a mark a node carries from before (copied metadata) goes first. Warns once
+    per argument folded although its sources stay in the program for another reader."""
     for node in ep.graph.nodes:
-        for key in PARTITION_MARK_KEYS:
-            node.meta.pop(key, None)
-        folded = findings.folds.get(node.name)
-        scales = findings.scales.get(node.name)
-        growth = findings.growth.get(node.name)
-        if folded:
-            node.meta[FOLD_META_KEY] = dict(folded)
-        if scales:
-            node.meta[FOLD_SCALES_META_KEY] = dict(scales)
-        if folded or scales:
-            node.meta[FOLD_OPTIONS_META_KEY] = options
-        if growth:
-            node.meta[GROWTH_META_KEY] = dict(growth)
+        node.meta.pop(FOLD_META_KEY, None)
+        mark = fold_mark(node.name, findings, options) if node.name in delegated else None
+        if mark is not None:
+            node.meta[FOLD_META_KEY] = mark
     for gemm, index, role in sorted(findings.stored_twice):
         if index in findings.folds.get(gemm, {}):
             logger.warning(
@@ -74,17 +85,15 @@ def write_marks(ep: ExportedProgram, findings: Findings, options: FoldOptions) -
 def check_preserved_were_delegated(
     ep: ExportedProgram,
     kept: frozenset[str],
+    delegated: AbstractSet[str],
     written_buffers: frozenset[str],
     options: FoldOptions,
 ) -> None:
-    """Raise when an op kept undecomposed to fold a weight (a node of ``kept``) ended up
-    outside every delegate: it has no portable kernel, so the program could not run."""
+    """Raise when an op kept undecomposed to fold a weight (a node of ``kept``) is not
+    among the ``delegated`` nodes: it has no portable kernel, so the program could not
+    run."""
     for node in ep.graph.nodes:
-        if (
-            node.op == "call_function"
-            and node.name in kept
-            and DELEGATION_TAG_META_KEY not in node.meta
-        ):
+        if node.op == "call_function" and node.name in kept and node.name not in delegated:
             written = _written_buffers_read_by(node, ep, written_buffers, options)
             if written:
                 # The kept op was chosen before a later method showed that it writes
@@ -132,65 +141,123 @@ def _written_buffers_read_by(
     return found
 
 
-def record_reasons(ep: ExportedProgram, stock_reasons: dict[str, str], findings: Findings) -> None:
-    """Write onto each GEMM left outside a delegate why (for `explain`), and warn
-    about the ones whose weight or bias is computed from parameters."""
-    declined: dict[Node, Rejection] = {}
-    rejection: Optional[Rejection]  # annotation only: reassigned from declined.get below
+def record_reasons(
+    ep: ExportedProgram,
+    *,
+    delegated: AbstractSet[str],
+    stock_reasons: Mapping[str, str],
+    findings: Findings,
+    untied: Sequence[UntiedTable] = (),
+) -> None:
+    """Write onto each GEMM outside a delegate, or delegated with a weight taken at run
+    time, why (`gemm_reason`), for `explain`: the one writer of reasons. A reason a node
+    carries from before goes first. Warns about each GEMM left on portable for an
+    argument XNNPACK cannot compute, or with a weight computed from parameters.
+
+    Args:
+        delegated: the partitioned nodes, by name.
+        stock_reasons: the stock configs' reasons, by GEMM name (`collect_why_reasons`).
+        findings: what the final matching round found.
+        untied: the tables a delegated linear and an op outside it both read, each
+            stored twice (`find_tied_tables`, with ``tie_tables``).
+    """
+    declined: dict[str, Rejection] = {}
     for (gemm, _), rejection in findings.rejections.items():
-        declined.setdefault(gemm, rejection)
+        declined.setdefault(gemm.name, rejection)
+    tables: dict[str, UntiedTable] = {}
+    for table in untied:
+        tables.setdefault(table.gemm, table)
     for node in ep.graph.nodes:
+        node.meta.pop(REASON_META_KEY, None)
         if not is_gemm(node):
             continue
-        rejection = declined.get(node)
-        if DELEGATION_TAG_META_KEY in node.meta:
-            if rejection is not None:
-                # Delegated with a weight XNNPACK reads at run time (fully-connected
-                # ops take one): correct and fast, but not folded; say why.
-                node.meta[REASON_META_KEY] = (
-                    f"its {rejection.role} is computed at run time, not folded: {rejection.reason}"
-                )
-                node.meta[REASON_CODE_META_KEY] = rejection.code.code
-            continue
-        problem = findings.argument_problems.get(node.name)
-        reason = (
-            problem
-            if problem is not None
-            else f"its {rejection.role} is not folded: {rejection.reason}"
-            if rejection is not None
-            else stock_reasons.get(node.name)
+        inside = node.name in delegated
+        reason = gemm_reason(
+            node.name,
+            delegated=inside,
+            rejection=declined.get(node.name),
+            problem=findings.argument_problems.get(node.name),
+            stock_reason=stock_reasons.get(node.name),
+            untied=tables.get(node.name),
+            growth=findings.growth.get(node.name) or {},
         )
         if reason is None:
             continue
-        code = (
-            problem.code
-            if problem is not None
-            else rejection.code
-            if rejection is not None
-            else STOCK
-        )
         node.meta[REASON_META_KEY] = reason
-        node.meta[REASON_CODE_META_KEY] = code.code
-        if problem is not None:
-            logger.warning(
-                "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: %s [%s]",
-                node.name,
-                module_path(node),
-                problem,
-                code.code,
-            )
-        elif rejection is not None and _worth_a_warning(rejection, ep):
-            where = f" (computed by {rejection.site})" if rejection.site else ""
-            logger.warning(
-                "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: "
-                "its %s%s is not folded because %s [%s]",
-                node.name,
-                module_path(node),
-                rejection.role,
-                where,
-                rejection.reason,
-                code.code,
-            )
+        if not inside:
+            _warn_on_portable(node, ep, findings, declined.get(node.name), reason.code)
+
+
+def gemm_reason(
+    name: str,
+    *,
+    delegated: bool,
+    rejection: Optional[Rejection],
+    problem: Optional[Problem],
+    stock_reason: Optional[str],
+    untied: Optional[UntiedTable],
+    growth: Mapping[int, tuple[int, str]],
+) -> Optional[GemmReason]:
+    """Why GEMM ``name`` is where it is, from what the stage found, in order: inside a
+    delegate, its weight taken at run time (``rejection``), else a table stored twice
+    (``untied``, XNF517); outside, an argument XNNPACK cannot compute (``problem``), a
+    declined computed argument (``rejection``), else the stock config's reason. None
+    when nothing needs saying. For the growth budget's decline (XNF516), the ``growth``
+    its folds would have added."""
+    if delegated:
+        if rejection is not None:
+            # Delegated with a weight XNNPACK reads at run time (fully-connected ops take
+            # one): correct and fast, but not folded; say why.
+            text = f"its {rejection.role} is computed at run time, not folded: {rejection.reason}"
+            return GemmReason(text, rejection.code.code)
+        if untied is not None:
+            return GemmReason(f"{untied.code.summary} ({untied.fqn})", untied.code.code)
+        return None
+    code: ReasonCode
+    if problem is not None:
+        text, code = str(problem), problem.code
+    elif rejection is not None:
+        text, code = f"its {rejection.role} is not folded: {rejection.reason}", rejection.code
+    elif stock_reason is not None:
+        text, code = stock_reason, STOCK
+    else:
+        return None
+    grown = (
+        tuple((index, *grew) for index, grew in growth.items())
+        if code.code == BEYOND_BUDGET.code
+        else ()
+    )
+    return GemmReason(text, code.code, grown)
+
+
+def _warn_on_portable(
+    node: Node,
+    ep: ExportedProgram,
+    findings: Findings,
+    rejection: Optional[Rejection],
+    code: str,
+) -> None:
+    problem = findings.argument_problems.get(node.name)
+    if problem is not None:
+        logger.warning(
+            "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: %s [%s]",
+            node.name,
+            module_path(node),
+            problem,
+            code,
+        )
+    elif rejection is not None and _worth_a_warning(rejection, ep):
+        where = f" (computed by {rejection.site})" if rejection.site else ""
+        logger.warning(
+            "xnnfold: GEMM '%s' in module '%s' stays on the portable kernels: "
+            "its %s%s is not folded because %s [%s]",
+            node.name,
+            module_path(node),
+            rejection.role,
+            where,
+            rejection.reason,
+            code,
+        )
 
 
 def _worth_a_warning(rejection: Rejection, ep: ExportedProgram) -> bool:

@@ -57,9 +57,9 @@ from xnnfold.passes.analysis import (
     RoundDecisions,
     stored_constants,
     table_uses,
+    TiedTables,
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
-from xnnfold.passes.fold._pass import has_fold_marks
 from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
 from xnnfold.passes.partition._configs import (
     check_replacements,
@@ -85,7 +85,7 @@ from xnnfold.passes.partition._outcome import (
     check_preserved_were_delegated,
     PARTITIONER_LOGGER,
     record_reasons,
-    write_marks,
+    write_fold_marks,
 )
 from xnnfold.passes.partition._pass_through import without_pass_through
 from xnnfold.passes.partition._rank import over_rank, within_xnnpack_rank
@@ -333,7 +333,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         )
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
-        """The partitions `partition` tags, with the fold marks written onto their GEMMs."""
+        """The partitions `partition` tags. Writes nothing: `partition` writes the
+        outcome."""
         self._serve_this_thread()
         partitions, _ = self._partitions(ep, self._program_facts(self._facts), kept_for_folds(ep))
         return partitions
@@ -341,7 +342,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def _partitions(
         self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]
     ) -> tuple[list[Partition], Findings]:
-        """The final matching's partitions and findings, its marks written (`write_marks`).
+        """The final matching's partitions and findings.
 
         The stock partitions, unless GEMMs that share a weight computation (a packed
         projection's split) were grouped into a partition that forms a dependency cycle
@@ -351,7 +352,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         preprocess would turn into a pass-through output leaves its partition
         (`without_pass_through`): preprocess refuses those."""
         matching = self._matched(ep, facts, kept)
-        write_marks(ep, matching.findings, self.options)
         groups = within_xnnpack_rank(matching.groups, matching.findings.folds)
         partitions = self._stock_partitions(ep, groups)
         if matching.findings.shared_folds and not contracted_acyclic(
@@ -485,7 +485,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         """The stock partition (the tagging `XnnpackPartitioner.partition` does) of this
-        partitioner's final matching, with the marks and reasons written from it."""
+        partitioner's final matching, with the fold marks and reasons written from what
+        it found (`_outcome`)."""
         self._serve_this_thread()
         warn_if_deprecated_to_backend(self)
         facts = self._facts
@@ -496,18 +497,27 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         with collect_why_reasons(exported_program.graph_module) as stock_reasons:
             partitions, findings = self._partitions(exported_program, program_facts, kept)
         result = tag_partitions(exported_program, partitions, self.delegation_spec)
+        delegated = frozenset(node.name for partition in partitions for node in partition.nodes)
         self._findings = findings
+        write_fold_marks(exported_program, findings, self.options, delegated)
         if self.fold:
-            if has_fold_marks(exported_program):
+            if findings.folds or findings.scales:
                 install_preprocess_hook()
             check_preserved_were_delegated(
-                exported_program, kept, program_facts.written_buffers, self.options
+                exported_program, kept, delegated, program_facts.written_buffers, self.options
             )
-        record_reasons(exported_program, stock_reasons, findings)
+        tables = (
+            find_tied_tables(exported_program, across_methods=self._tied_across_methods(facts))
+            if self.tie_tables
+            else TiedTables()
+        )
+        record_reasons(
+            exported_program,
+            delegated=delegated,
+            stock_reasons=stock_reasons,
+            findings=findings,
+            untied=tables.untied,
+        )
         if self.tie_tables:
-            tables = find_tied_tables(
-                exported_program,
-                across_methods=self._tied_across_methods(facts),
-            )
             tag_tied_tables(exported_program, tables)
         return result

@@ -11,8 +11,8 @@ both copies in one ``.ptd``, where the named data store keeps identical bytes on
 the table is stored once whether the rest of the constants stay in the ``.pte`` or not.
 executorch copies a placeholder's metadata onto the copy it makes for the delegate.
 
-An untied table keeps its two copies; its GEMM gets the reason (XNF517) unless
-it has one already.
+An untied table keeps its two copies; the partitioner gives its GEMM the reason (XNF517)
+when it has none other (`_outcome.gemm_reason`).
 """
 
 from __future__ import annotations
@@ -23,12 +23,7 @@ from typing import Final, Mapping
 
 from torch.export import ExportedProgram
 
-from xnnfold._meta import (
-    EXTERNAL_CONSTANT_TAG,
-    EXTERNAL_TAG_KEYS,
-    REASON_CODE_META_KEY,
-    REASON_META_KEY,
-)
+from xnnfold._meta import EXTERNAL_CONSTANT_TAG, EXTERNAL_TAG_KEYS
 from xnnfold.passes.analysis import tied_across_methods, TiedTables
 from xnnfold.passes.partition._outcome import PARTITIONER_LOGGER
 
@@ -59,8 +54,7 @@ def tag_external(ep: ExportedProgram, placeholders: frozenset[str]) -> None:
 
 
 def tag_tied_tables(ep: ExportedProgram, tables: TiedTables) -> None:
-    """Tag the tied tables of a partitioned program for one `.ptd`; give the GEMM of an
-    untied one its reason."""
+    """Tag the tied tables of a partitioned program for one `.ptd`, and say so."""
     tag_external(ep, frozenset(t.placeholder for t in tables.tied))
     for table in tables.tied:
         # The .pte alone no longer holds the table: say so where it happens.
@@ -70,12 +64,6 @@ def tag_tied_tables(ep: ExportedProgram, tables: TiedTables) -> None:
             table.nbytes,
             EXTERNAL_CONSTANT_TAG,
         )
-    by_name = {node.name: node for node in ep.graph.nodes}
-    for untied in tables.untied:
-        gemm = by_name[untied.gemm]
-        if gemm.meta.get(REASON_META_KEY) is None:
-            gemm.meta[REASON_META_KEY] = f"{untied.code.summary} ({untied.fqn})"
-            gemm.meta[REASON_CODE_META_KEY] = untied.code.code
 
 
 def tie_tables(programs: Mapping[str, ExportedProgram]) -> dict[str, tuple[str, ...]]:

@@ -4,7 +4,10 @@ A GEMM left on the portable kernels costs 10x to 400x and says nothing: the stoc
 partitioner's reasons are DEBUG logs. `explain` reads a lowered program and lists each
 convolution, linear, addmm, mm and bmm of each method: inside which delegate, whether its
 weight or bias was folded there, the module that called it, and, for one left outside, the
-reason the partitioner recorded (`REASON_META_KEY`).
+reason the partitioner recorded. It reads the two values the partitioner leaves on a GEMM
+(`passes/_marks.py`): its `FoldMark` (what was folded, and the growth it added) and its
+`GemmReason` (why not, and for the growth budget's decline what folding would have
+added).
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from executorch.exir.delegate import executorch_call_delegate
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold._meta import FOLD_META_KEY, GROWTH_META_KEY, REASON_CODE_META_KEY, REASON_META_KEY
 from xnnfold._upstream import schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
+from xnnfold.passes._marks import fold_mark_of, FoldGrowth, reason_of
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
 from xnnfold.passes.report._programs import methods, Program
@@ -193,20 +196,22 @@ def _computed(node: Node) -> bool:
     return False
 
 
-def _growth(node: Node, indices: object) -> tuple[Optional[int], Optional[str]]:
-    """The bytes and group `note_growth` recorded for the arguments in ``indices``."""
-    noted = node.meta.get(GROWTH_META_KEY) or {}
-    found = [noted[i] for i in noted if i in indices]  # type: ignore[operator]
-    if not found:
+def _growth(noted: tuple[FoldGrowth, ...]) -> tuple[Optional[int], Optional[str]]:
+    """The bytes ``noted`` adds, and the group of the first."""
+    if not noted:
         return None, None
-    return sum(bytes_ for bytes_, _ in found), found[0][1]
+    return sum(bytes_ for _, bytes_, _ in noted), noted[0][2]
 
 
 def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
-    marks = node.meta.get(FOLD_META_KEY) or {}
+    mark = fold_mark_of(node)
+    arguments = mark.arguments if mark is not None else ()
     positions = _positions(node)
-    folded = tuple(arg_role(positions, index) for index in sorted(marks, key=positions.index))
-    site = next((s for s in marks.values() if s), None)
+    folded = tuple(
+        arg_role(positions, index) for index in sorted(dict(arguments), key=positions.index)
+    )
+    site = next((s for _, s in arguments if s), None)
+    reason = reason_of(node)
     return GemmRow(
         method,
         node.name,
@@ -217,9 +222,9 @@ def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
         folded,
         site,
         _computed(node) or bool(folded),
-        node.meta.get(REASON_META_KEY),
-        node.meta.get(REASON_CODE_META_KEY),
-        *_growth(node, marks),
+        reason.text if reason is not None else None,
+        reason.code if reason is not None else None,
+        *_growth(mark.growth if mark is not None else ()),
     )
 
 
@@ -230,8 +235,7 @@ def _outside_row(method: str, node: Node) -> GemmRow:
         arg = node.args[index] if index < len(node.args) else None
         if isinstance(arg, Node):
             site = site or site_of(arg)
-    reason = node.meta.get(REASON_META_KEY) or _NO_REASON
-    code = node.meta.get(REASON_CODE_META_KEY)
+    reason = reason_of(node)
     return GemmRow(
         method,
         node.name,
@@ -242,9 +246,9 @@ def _outside_row(method: str, node: Node) -> GemmRow:
         (),
         site,
         computed,
-        reason,
-        code,
-        *(_growth(node, _positions(node)) if code == BEYOND_BUDGET.code else (None, None)),
+        (reason.text if reason is not None else None) or _NO_REASON,
+        reason.code if reason is not None else None,
+        *_growth(reason.growth if reason is not None else ()),
     )
 
 

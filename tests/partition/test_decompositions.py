@@ -20,7 +20,7 @@ from torch.export import Dim, ExportedProgram
 from torch.nn import functional as F
 from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 
-import xnnfold.passes.partition._partitioner as partitioner_module
+import xnnfold.passes.partition._aten_stage as aten_stage_module
 from xnnfold import prepare_for_xnnpack, run_pte
 from xnnfold._meta import CUSTOM_META_KEY, PRESERVED_META_KEY
 from xnnfold.fixtures import FIXTURES, LAYERS, NORMS
@@ -424,15 +424,15 @@ def _lower_both(
         return to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch().buffer
 
     taken: list[bool] = []
-    real = partitioner_module.filter_is_redundant
+    real = aten_stage_module.filter_is_redundant
 
     def recording(*args: object) -> bool:
         taken.append(real(*args))
         return taken[-1]
 
-    monkeypatch.setattr(partitioner_module, "filter_is_redundant", recording)
+    monkeypatch.setattr(aten_stage_module, "filter_is_redundant", recording)
     fast = lower()
-    monkeypatch.setattr(partitioner_module, "filter_is_redundant", real)
+    monkeypatch.setattr(aten_stage_module, "filter_is_redundant", real)
     filtered = lower(keep_decomposition_filter=True)
     return fast, filtered, bool(taken) and taken[0]
 

@@ -5,7 +5,9 @@ computation, in one delegate. executorch's grouping checks merges node by node a
 miss a cycle through such a group; `acyclic_grouping` merges whole groups and checks the
 contracted graph instead, without recursion (a weight computed in a thousand steps).
 `per_op_partitions` and `tag_partitions` are what `XnnpackPartitioner` does with its
-groups in per-op mode and when it tags them, taking the groups as an argument.
+groups in per-op mode and when it tags them, taking the groups as an argument;
+`partitions_of` is the folding partitioner's way from its final matching's groups to the
+partitions it tags.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from __future__ import annotations
 import itertools
 from typing import Iterable, Sequence
 
+from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
+    generate_grouped_partitions_from_list_of_nodes,
+)
 from executorch.exir.backend.partitioner import DelegationSpec, PartitionResult
 from torch.export import ExportedProgram
 from torch.fx import Graph, Node
@@ -20,14 +25,44 @@ from torch.fx.passes.infra.partitioner import Partition
 
 from xnnfold._meta import DELEGATION_TAG_META_KEY
 from xnnfold.passes._walk import walk
+from xnnfold.passes.partition._findings import Findings
+from xnnfold.passes.partition._pass_through import without_pass_through
+from xnnfold.passes.partition._rank import within_xnnpack_rank
 
 __all__ = [
     "DisjointSets",
     "acyclic_grouping",
     "contracted_acyclic",
+    "partitions_of",
     "per_op_partitions",
     "tag_partitions",
 ]
+
+
+def partitions_of(
+    ep: ExportedProgram, groups: list[list[Node]], findings: Findings, *, per_op_mode: bool
+) -> list[Partition]:
+    """The partitions of the final matching's ``groups``, with what it found.
+
+    The stock partitions (`XnnpackPartitioner.generate_partitions`), unless GEMMs that
+    share a weight computation (a packed projection's split) were grouped into a partition
+    that forms a dependency cycle with another: then the groups are merged by
+    `acyclic_grouping` instead. Groups that would give XNNPACK a tensor of more than 6
+    dimensions are left out first (`within_xnnpack_rank`): its runtime refuses to load
+    them. Last, a clone that preprocess would turn into a pass-through output leaves its
+    partition (`without_pass_through`): preprocess refuses those."""
+    groups = within_xnnpack_rank(groups, findings.folds)
+    partitions = (
+        per_op_partitions(groups)
+        if per_op_mode
+        else generate_grouped_partitions_from_list_of_nodes(ep.graph_module, groups)
+    )
+    if findings.shared_folds and not contracted_acyclic(
+        ep.graph, [list(p.nodes) for p in partitions]
+    ):
+        # The GEMMs of a shared computation must share a delegate; group them ourselves.
+        partitions = acyclic_grouping(ep.graph, groups)
+    return without_pass_through(partitions)
 
 
 def per_op_partitions(groups: Sequence[Sequence[Node]]) -> list[Partition]:

@@ -6,16 +6,23 @@ keeps the ATen ops of those computations undecomposed (`_weight_norm`, `mv`, `vd
 so the fold evaluates exactly the kernels eager PyTorch runs: the folded weight is
 bit-for-bit the weight a hand-folded model holds. On a graph without computed weights it
 partitions exactly as the stock partitioner does.
+
+This module is executorch's face of the partitioner: the class and the four methods
+executorch calls (`ops_to_not_decompose`, `partition`, and the two it inherits the use of,
+`get_matched_nodes_from_configs` and `generate_partitions`). What each answer is made of
+lives beside it: the ATen-stage answers in `_aten_stage`, the tensors asked about in
+`_asked`, the matching in `_matching`, the partitions in `_grouping`, what is written
+after partitioning in `_outcome`.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import weakref
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-import torch
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
 from executorch.backends.xnnpack.partition.config.xnnpack_config import (
     ConfigPrecisionType,
@@ -26,9 +33,6 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import (
 )
 from executorch.exir.backend.canonical_partitioners.config_partitioner import (
     PartitionerConfig,
-)
-from executorch.exir.backend.canonical_partitioners.pattern_op_partitioner import (
-    generate_grouped_partitions_from_list_of_nodes,
 )
 from executorch.exir.backend.partitioner import PartitionResult
 from torch.export import ExportedProgram
@@ -42,12 +46,9 @@ from xnnfold._upstream import (
     supports_bf16,
     warn_if_deprecated_to_backend,
 )
-from xnnfold.passes._ops import (
-    DEFAULT_MAX_FOLD_NODES,
-)
+from xnnfold.passes._ops import DEFAULT_MAX_FOLD_NODES
 from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import (
-    constant_tensor,
     find_tied_tables,
     FIRST_ROUND,
     new_analysis_cache,
@@ -55,31 +56,19 @@ from xnnfold.passes.analysis import (
     ProgramFacts,
     Rejection,
     RoundDecisions,
-    stored_constants,
     table_uses,
     TiedTables,
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
+from xnnfold.passes.partition._asked import AskedConstants
 from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
-from xnnfold.passes.partition._configs import (
-    check_replacements,
-    FOLDING_GEMM_CONFIGS,
-    FoldingGEMMMixin,
-)
-from xnnfold.passes.partition._decompositions import (
-    filter_is_redundant,
-    kept_for_folds,
-    mark_preserved,
-    stock_ops_to_not_decompose,
-)
+from xnnfold.passes.partition._aten_stage import note_method, ops_to_keep
+from xnnfold.passes.partition._configs import check_replacements, FOLDING_GEMM_CONFIGS
+from xnnfold.passes.partition._decompositions import kept_for_folds
 from xnnfold.passes.partition._facts import CrossMethodFacts, facts_for_new_partitioner
 from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
-from xnnfold.passes.partition._grouping import (
-    acyclic_grouping,
-    contracted_acyclic,
-    per_op_partitions,
-    tag_partitions,
-)
+from xnnfold.passes.partition._folding_config import FoldingGEMMMixin
+from xnnfold.passes.partition._grouping import partitions_of, tag_partitions
 from xnnfold.passes.partition._matching import matched_to_fixed_point, Matching
 from xnnfold.passes.partition._outcome import (
     check_preserved_were_delegated,
@@ -87,12 +76,8 @@ from xnnfold.passes.partition._outcome import (
     record_reasons,
     write_fold_marks,
 )
-from xnnfold.passes.partition._pass_through import without_pass_through
-from xnnfold.passes.partition._rank import over_rank, within_xnnpack_rank
 from xnnfold.passes.partition._tied import tag_tied_tables
-from xnnfold.passes.report._reasons import (
-    collect_why_reasons,
-)
+from xnnfold.passes.report._reasons import collect_why_reasons
 
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
 
@@ -235,10 +220,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # about many times), handed to every query it asks and to the configs it builds.
         self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
-        # The tensors behind each constant FQN this partitioner was asked about (one per
-        # module tree the methods come from): the keys by which the partition reads the
-        # cross-method facts (the edge program it partitions holds copies of them).
-        self._constant_tensors: dict[str, list[weakref.ref[torch.Tensor]]] = {}
+        # The tensors behind each constant FQN this partitioner was asked about: the keys
+        # by which the partition reads the cross-method facts.
+        self._asked = AskedConstants()
         # The last partition's findings (`rejections`), for inspection only.
         self._findings = NO_FINDINGS
         # The configs every method executorch inherits reads: built with this
@@ -292,40 +276,12 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             for name, config in self.target_partitioner_configs.items()
         }
 
-    def _asked_tensors(self) -> list[dict[str, torch.Tensor]]:
-        """The constant tensors this partitioner was asked about, as FQN -> tensor maps.
-
-        One FQN may name different tensors in the methods of one lowering (each method's
-        module tree names its own), and a partition does not say which method it is, so
-        every tensor asked under an FQN is read: the i-th map holds each FQN's i-th."""
-        layers: list[dict[str, torch.Tensor]] = []
-        for fqn, refs in self._constant_tensors.items():
-            for i, tensor in enumerate(t for ref in refs if (t := ref()) is not None):
-                if i == len(layers):
-                    layers.append({})
-                layers[i][fqn] = tensor
-        return layers
-
-    def _program_facts(self, facts: CrossMethodFacts) -> ProgramFacts:
-        """What the lowering's methods do with the constants this partitioner was asked
-        about, by their FQNs: for an FQN that names several tensors, what they do with
-        any of them."""
-        found = [facts.of(layer) for layer in self._asked_tensors()]
-        return ProgramFacts(
-            frozenset().union(*(f.written_buffers for f in found)),
-            frozenset().union(*(f.stored_elsewhere for f in found)),
-        )
-
-    def _tied_across_methods(self, facts: CrossMethodFacts) -> frozenset[str]:
-        """The FQNs of the tables tied across the lowering's methods (`_asked_tensors`)."""
-        layers = self._asked_tensors()
-        return frozenset().union(*(facts.tied_across_methods(layer) for layer in layers))
-
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
         """executorch's grouping of every config's partition, repeated until every fold
         it accepts still holds (`matched_to_fixed_point`). Writes nothing."""
         self._serve_this_thread()
-        return self._matched(ep, self._program_facts(self._facts), kept_for_folds(ep)).groups
+        facts = self._asked.program_facts(self._facts)
+        return self._matched(ep, facts, kept_for_folds(ep)).groups
 
     def _matched(self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]) -> Matching:
         return matched_to_fixed_point(
@@ -333,142 +289,54 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         )
 
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
-        """The partitions `partition` tags. Writes nothing: `partition` writes the
-        outcome."""
+        """The partitions `partition` tags (`partitions_of` the final matching). Writes
+        nothing: `partition` writes the outcome."""
         self._serve_this_thread()
-        partitions, _ = self._partitions(ep, self._program_facts(self._facts), kept_for_folds(ep))
+        partitions, _ = self._partitions(
+            ep, self._asked.program_facts(self._facts), kept_for_folds(ep)
+        )
         return partitions
 
     def _partitions(
         self, ep: ExportedProgram, facts: ProgramFacts, kept: frozenset[str]
     ) -> tuple[list[Partition], Findings]:
-        """The final matching's partitions and findings.
-
-        The stock partitions, unless GEMMs that share a weight computation (a packed
-        projection's split) were grouped into a partition that forms a dependency cycle
-        with another: then the groups are merged by `acyclic_grouping` instead. Groups
-        that would give XNNPACK a tensor of more than 6 dimensions are left out first
-        (`within_xnnpack_rank`): its runtime refuses to load them. Last, a clone that
-        preprocess would turn into a pass-through output leaves its partition
-        (`without_pass_through`): preprocess refuses those."""
         matching = self._matched(ep, facts, kept)
-        groups = within_xnnpack_rank(matching.groups, matching.findings.folds)
-        partitions = self._stock_partitions(ep, groups)
-        if matching.findings.shared_folds and not contracted_acyclic(
-            ep.graph, [list(p.nodes) for p in partitions]
-        ):
-            # The GEMMs of a shared computation must share a delegate; group them ourselves.
-            partitions = acyclic_grouping(ep.graph, groups)
-        return without_pass_through(partitions), matching.findings
-
-    def _stock_partitions(self, ep: ExportedProgram, groups: list[list[Node]]) -> list[Partition]:
-        """The partitions `XnnpackPartitioner.generate_partitions` makes of ``groups``."""
-        if self.per_op_mode:
-            return per_op_partitions(groups)
-        return generate_grouped_partitions_from_list_of_nodes(ep.graph_module, groups)
+        partitions = partitions_of(
+            ep, matching.groups, matching.findings, per_op_mode=self.per_op_mode
+        )
+        return partitions, matching.findings
 
     def ops_to_not_decompose(
         self, ep: ExportedProgram
     ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
-        """The stock ops and filter, plus the ops of foldable weight computations.
+        """The stock ops and filter, plus the ops of foldable weight computations
+        (`ops_to_keep`).
 
         Asked about an ATen program (before decomposition), it first adds what that
-        method does with its constants to the lowering's `CrossMethodFacts`.
-
-        When the filter would accept every instance it could be shown (see
-        `filter_is_redundant`), no filter is returned: executorch then keeps the ops
-        without its two extra decomposition passes, and the program is the same.
+        method does with its constants to the lowering's `CrossMethodFacts`
+        (`note_method`).
         """
         self._serve_this_thread()
-        question = ep.dialect == _ATEN_DIALECT
         facts = self._facts
-        if question:
-            tensors = self._asked_constants(ep)
+        if ep.dialect == _ATEN_DIALECT:
+            tensors = self._asked.remember(ep)
             if self.fold:
-                self._note_constants(ep, tensors, facts)
+                note_method(
+                    ep, tensors, facts, asked=self._asked, plan=self._plan, cache=self._analysis
+                )
             if self.tie_tables:
                 facts.note_tables(tensors, table_uses(ep), program=ep)
-        return self._ops_to_not_decompose(ep, self._program_facts(facts))
-
-    def _ops_to_not_decompose(
-        self, ep: ExportedProgram, facts: ProgramFacts
-    ) -> tuple[list[OpOverload], Optional[Callable[[Node], bool]]]:
-        preserved: dict[str, OpOverload] = {}
-        if self.fold:
-            preserved = self._plan(ep, facts).preserved
-        # The stock filter asks configs built with the facts known now, and with the nodes
-        # this plan keeps (the filter marks them only as executorch asks about each). They
-        # hold this partitioner's cache: executorch calls the filter during decomposition,
-        # after this method returned.
-        ops, stock_filter = stock_ops_to_not_decompose(
-            self._configs(facts, FIRST_ROUND, frozenset(preserved) | kept_for_folds(ep)), ep
+        program_facts = self._asked.program_facts(facts)
+        return ops_to_keep(
+            ep,
+            program_facts,
+            plan=self._plan if self.fold else None,
+            configs_for=functools.partial(self._configs, program_facts, FIRST_ROUND),
+            keep_filter=self.keep_decomposition_filter,
         )
-        ops = [*ops, *sorted(set(preserved.values()) - set(ops), key=str)]
-        graph = ep.graph
-
-        def ours(node: Node) -> bool:
-            # Names are unique per graph only: nodes of control-flow submodules may reuse them.
-            return node.graph is graph and node.name in preserved
-
-        def accepts(node: Node) -> bool:
-            # A GEMM over XNNPACK's rank is not delegated (`within_xnnpack_rank`): kept
-            # whole, it would have no kernel; decomposed, its 2D product is delegated.
-            kept = ours(node) or (stock_filter is not None and stock_filter(node))
-            return kept and not over_rank(node)
-
-        def filter_fn(node: Node) -> bool:
-            if ours(node):
-                mark_preserved(node)
-            return accepts(node)
-
-        if not self.keep_decomposition_filter and filter_is_redundant(ep, ops, accepts):
-            for node in graph.nodes:
-                if ours(node):
-                    mark_preserved(node)
-            return ops, None
-        return ops, filter_fn
-
-    def _asked_constants(self, ep: ExportedProgram) -> dict[str, torch.Tensor]:
-        """The parameters and buffers of the ATen program ``ep``, by FQN, remembered as
-        the keys by which the partition reads the cross-method facts."""
-        signature = ep.graph_signature
-        tensors: dict[str, torch.Tensor] = {}
-        for fqn in [*signature.parameters, *signature.buffers]:
-            tensor = constant_tensor(ep, fqn)
-            if tensor is not None:
-                tensors[fqn] = tensor
-                refs = [ref for ref in self._constant_tensors.get(fqn, []) if ref() is not None]
-                if not any(ref() is tensor for ref in refs):
-                    refs.append(weakref.ref(tensor))
-                self._constant_tensors[fqn] = refs
-        return tensors
-
-    def _note_constants(
-        self, ep: ExportedProgram, tensors: dict[str, torch.Tensor], facts: CrossMethodFacts
-    ) -> None:
-        """Add what the ATen program ``ep`` does with its constants ``tensors`` to ``facts``.
-
-        to_edge_transform_and_lower asks every method's partitioners for
-        ops_to_not_decompose before it partitions any method, so by partition time every
-        method's writes and stored constants are known, whether the methods share this
-        partitioner or each has its own (the facts are keyed by the tensors the methods
-        share, which also keeps one model's facts from declining another model's constant
-        of the same name).
-        """
-        signature = ep.graph_signature
-        written = set(signature.buffers_to_mutate.values())
-        # This method's writes first: the plan below must see them.
-        facts.note_method(tensors, written=written, stored=frozenset())
-        # The plan sees this lowering's facts only (this method's writes, what the methods
-        # asked so far store): its GEMMs that will not fold keep their sources, so another
-        # method folding one of those sources would save nothing.
-        stored = stored_constants(
-            ep, self._plan(ep, self._program_facts(facts)).not_folding, cache=self._analysis
-        )
-        facts.note_method(tensors, written=written, stored=stored)
 
     def _plan(self, ep: ExportedProgram, facts: ProgramFacts) -> AtenPlan:
-        """`aten_plan` with this partitioner's options and ``facts``."""
+        """`aten_plan` with this partitioner's options and caches, and ``facts``."""
         return aten_plan(
             ep,
             self.options,
@@ -492,7 +360,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         facts = self._facts
         # Every method's question has been asked (`_facts`): this lowering's facts are in.
         facts.start_partitioning()
-        program_facts = self._program_facts(facts)
+        program_facts = self._asked.program_facts(facts)
         kept = kept_for_folds(exported_program)
         with collect_why_reasons(exported_program.graph_module) as stock_reasons:
             partitions, findings = self._partitions(exported_program, program_facts, kept)
@@ -507,7 +375,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
                 exported_program, kept, delegated, program_facts.written_buffers, self.options
             )
         tables = (
-            find_tied_tables(exported_program, across_methods=self._tied_across_methods(facts))
+            find_tied_tables(
+                exported_program, across_methods=self._asked.tied_across_methods(facts)
+            )
             if self.tie_tables
             else TiedTables()
         )

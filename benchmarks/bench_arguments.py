@@ -56,7 +56,10 @@ def main() -> None:
     for name, kwargs in CASES:
         model = Addmm(**kwargs).eval()
         cells = []
-        for partitioner in (XnnpackPartitioner(), xnnfold.XnnpackFoldingPartitioner()):
+        for partitioner in (
+            XnnpackPartitioner(),
+            xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()),
+        ):
             edge = to_edge_transform_and_lower(
                 torch.export.export(model, (x,)), partitioner=[partitioner]
             )

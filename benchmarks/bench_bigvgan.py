@@ -90,9 +90,11 @@ def main() -> None:
     variants: dict[str, Callable[[], Any]] = {
         "stock": XnnpackPartitioner,
         "xnnfold, NO_GROWTH": lambda: xnnfold.XnnpackFoldingPartitioner(
-            growth_budget=xnnfold.NO_GROWTH
+            growth_budget=xnnfold.NO_GROWTH, facts=xnnfold.CrossMethodFacts()
         ),
-        "xnnfold, default budget": xnnfold.XnnpackFoldingPartitioner,
+        "xnnfold, default budget": lambda: xnnfold.XnnpackFoldingPartitioner(
+            facts=xnnfold.CrossMethodFacts()
+        ),
     }
     results: dict[str, dict[str, Any]] = {}
     loaded: dict[str, xnnfold.LoadedProgram] = {}

@@ -42,7 +42,9 @@ def _inputs(name: str, length: int) -> tuple[torch.Tensor, ...]:
 
 def _lower(name: str, inputs: tuple[Any, ...], budget: xnnfold.GrowthBudget) -> dict[str, Any]:
     model = FIXTURES[name].model()
-    partitioner = xnnfold.XnnpackFoldingPartitioner(growth_budget=budget)
+    partitioner = xnnfold.XnnpackFoldingPartitioner(
+        growth_budget=budget, facts=xnnfold.CrossMethodFacts()
+    )
     edge = xnnfold.lower(model, inputs, partitioner=partitioner)
     report = xnnfold.explain(edge)
     buffer = edge.to_executorch().buffer

@@ -50,7 +50,7 @@ from executorch.exir.backend.partitioner import Partitioner
 from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
-from xnnfold import prepare_for_xnnpack, run_pte, XnnpackFoldingPartitioner
+from xnnfold import CrossMethodFacts, prepare_for_xnnpack, run_pte, XnnpackFoldingPartitioner
 from xnnfold.fixtures import FIXTURES, strip_parametrizations
 
 # Targets from issue 3 ("Cost").
@@ -259,12 +259,12 @@ def stock() -> Partitioner:
 
 
 def folding() -> Partitioner:
-    return XnnpackFoldingPartitioner()
+    return XnnpackFoldingPartitioner(facts=CrossMethodFacts())
 
 
 def folding_with_filter() -> Partitioner:
     # Without the decomposition shortcut: shows how much of the gap it closes.
-    return XnnpackFoldingPartitioner(keep_decomposition_filter=True)
+    return XnnpackFoldingPartitioner(keep_decomposition_filter=True, facts=CrossMethodFacts())
 
 
 def hifigan_source() -> tuple[

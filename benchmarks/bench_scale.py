@@ -185,7 +185,7 @@ def child(name: str, variant: str, out: Path) -> None:
     start = time.perf_counter()
     if variant == "xnnfold":
         ep = torch.export.export(xnnfold.prepare_for_xnnpack(model), inputs)
-        partitioner: Any = xnnfold.XnnpackFoldingPartitioner()
+        partitioner: Any = xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts())
     else:
         ep = torch.export.export(hand_fold(model), inputs)
         partitioner = XnnpackPartitioner()

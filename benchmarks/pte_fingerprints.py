@@ -73,7 +73,9 @@ def _lower(fixture: Any, variant: str) -> tuple[bytes, str]:
     dynamic = fixture.dynamic_shapes() if fixture.dynamic_shapes is not None else None
     ep = torch.export.export(model, fixture.inputs(), dynamic_shapes=dynamic)
     partitioner: Any = (
-        xnnfold.XnnpackFoldingPartitioner() if variant == "xnnfold" else XnnpackPartitioner()
+        xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts())
+        if variant == "xnnfold"
+        else XnnpackPartitioner()
     )
     edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     rows = repr(xnnfold.explain(edge).rows) if variant == "xnnfold" else ""

@@ -70,7 +70,11 @@ def lower_one(
 
     import xnnfold
 
-    partitioner = xnnfold.XnnpackFoldingPartitioner() if label == XNNFOLD else XnnpackPartitioner()
+    partitioner = (
+        xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts())
+        if label == XNNFOLD
+        else XnnpackPartitioner()
+    )
     entry: dict[str, Any] = {}
     wall, cpu = time.perf_counter(), time.process_time()
     try:

@@ -36,6 +36,8 @@ from xnnfold.passes.analysis import (
 )
 from xnnfold.passes.analysis._constants import constant_map
 
+from tests.support.sweeps import count_sweeps
+
 # The full tier: the fast tier covers each rule in tests/unit and end to end once.
 pytestmark = pytest.mark.slow
 
@@ -241,18 +243,7 @@ def test_two_partitioners_do_not_share_constant_maps() -> None:
 
 @pytest.fixture
 def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every constant-map sweep from here on, by the swept graph's node count."""
-    from xnnfold.passes.analysis import _constants
-
-    found: list[int] = []
-    real = _constants._SignatureIndex.of
-
-    def counting(ep: ExportedProgram) -> object:
-        found.append(len(ep.graph.nodes))
-        return real(ep)
-
-    monkeypatch.setattr(_constants._SignatureIndex, "of", staticmethod(counting))
-    return found
+    return count_sweeps(monkeypatch)
 
 
 class _ManyGemms(nn.Module):

@@ -18,23 +18,14 @@ from xnnfold.passes import FoldOptions
 from xnnfold.passes.analysis import find_weight_computation, new_analysis_cache
 from xnnfold.passes.analysis._constants import constant_map
 
+from tests.support.sweeps import count_sweeps
+
 LINEAR = torch.ops.aten.linear.default
 
 
 @pytest.fixture
 def sweeps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Every constant-map sweep from here on, by the swept graph's node count."""
-    from xnnfold.passes.analysis import _constants
-
-    found: list[int] = []
-    real = _constants._SignatureIndex.of
-
-    def counting(ep: ExportedProgram) -> object:
-        found.append(len(ep.graph.nodes))
-        return real(ep)
-
-    monkeypatch.setattr(_constants._SignatureIndex, "of", staticmethod(counting))
-    return found
+    return count_sweeps(monkeypatch)
 
 
 def _weight_norm_linears() -> ExportedProgram:

@@ -32,6 +32,10 @@ _SUB_CONFIGS = (
 )
 
 
+# Suffixes of ``forward`` arguments that take integers (token ids, indices).
+_INTEGER_SUFFIXES = ("_ids", "_idx", "_index", "_indices")
+
+
 def find(config: Any, name: str) -> Any:
     """Config field ``name``, or a sub-config's (text, vision, audio, ...)."""
     value = getattr(config, name, None)
@@ -106,19 +110,27 @@ class _Maker:
         yield self.floats(1, bins, 3000)
         yield self.floats(16, dim)
 
-    def patches(self) -> tuple[Any, Any]:
-        """A Qwen-VL-style vision tower's inputs: flattened patches of a 4 x 4 grid of one
-        frame, and that grid (``grid_thw``)."""
+    def patch_width(self, *, temporal: bool = True) -> int:
+        """The values of one flattened patch: channels x patch side squared (x the frames
+        a patch spans, where ``temporal``)."""
         config = self.config
-        merge = _int(find(config, "spatial_merge_size"), 2)
-        side = 2 * merge
-        width = (
+        frames = _int(find(config, "temporal_patch_size"), 1) if temporal else 1
+        return (
             _int(find(config, "in_channels") or find(config, "num_channels"), 3)
-            * _int(find(config, "temporal_patch_size"), 1)
+            * frames
             * _int(find(config, "patch_size"), 14) ** 2
         )
+
+    def grid_side(self) -> int:
+        """The side of a square patch grid a vision tower merges (twice its merge size)."""
+        return 2 * _int(find(self.config, "spatial_merge_size"), 2)
+
+    def patches(self) -> tuple[Any, Any]:
+        """A Qwen-VL-style vision tower's inputs: flattened patches of a square grid of one
+        frame (`grid_side`), and that grid (``grid_thw``)."""
+        side = self.grid_side()
         grid = self.torch.tensor([[1, side, side]])
-        return self.floats(side * side, width), grid
+        return self.floats(side * side, self.patch_width()), grid
 
     def by_name(self, name: str, sequence: int) -> Any:
         """A tensor for ``forward`` argument ``name``: ids, a mask, pixels, features."""
@@ -128,7 +140,7 @@ class _Maker:
         if name in ("bbox",):
             corners = torch.randint(0, 500, (1, sequence, 2), generator=self.generator)
             return torch.cat([corners, corners + 10], dim=-1)
-        if name.endswith("_ids") or name in ("codes", "code", "labels"):
+        if name.endswith(_INTEGER_SUFFIXES) or name in ("codes", "code", "labels"):
             return self.ids(sequence)
         if name == "pixel_mask":
             return torch.ones(1, *self.image, dtype=torch.long)
@@ -136,6 +148,8 @@ class _Maker:
             return torch.ones(1, sequence, dtype=torch.long)
         if "pixel_values" in name:
             return self.pixels()
+        if name.endswith("time_features"):
+            return self.floats(1, sequence, _int(find(self.config, "num_time_features"), 1))
         if name.endswith(("_values", "_features", "_embeds", "_states", "hidden_states")):
             return self.floats(1, sequence, self.hidden)
         return self.floats(1, sequence, self.hidden)
@@ -144,9 +158,14 @@ class _Maker:
 def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
     """The main input in the shapes the config implies, most likely first."""
     config = model.config
+    parameters = inspect.signature(model.forward).parameters
     name = getattr(model, "main_input_name", "input_ids")
     if isinstance(name, (list, tuple)):
         name = name[0]
+    if name not in parameters:
+        # A class that inherits its main input's name from a base it does not share
+        # its forward with: forward's first argument.
+        name = next((n for n, p in parameters.items() if p.kind in _NAMED), name)
     if name == "input_ids":
         ids = make.ids()
         codebooks = _int(find(config, "num_codebooks"), 0)
@@ -179,17 +198,46 @@ def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
         for features in make.features():
             yield {name: features}
     elif name == "past_values":
-        # A time-series model: (batch, context length, channels).
-        context = _int(find(config, "context_length"), SEQUENCE)
+        # A time-series model: (batch, history, channels), the history the context and
+        # the furthest lag the model looks back (its lagged features).
+        length = _int(find(config, "context_length"), SEQUENCE) + max(
+            find(config, "lags_sequence") or [0]
+        )
         channels = _int(find(config, "num_input_channels") or find(config, "input_size"), 1)
-        yield {name: make.floats(1, context, channels)}
+        yield {name: make.floats(1, length, channels)}
+        if channels == 1:
+            yield {name: make.floats(1, length)}
     else:
         yield {name: make.floats(1, SEQUENCE, make.hidden)}
         yield {name: make.ids()}
-    parameters = inspect.signature(model.forward).parameters
-    if "grid_thw" in parameters:
-        patches, grid = make.patches()
-        yield {next(iter(parameters)): patches, "grid_thw": grid}
+    yield from _patch_inputs(parameters, make)
+
+
+def _patch_inputs(parameters: Any, make: _Maker) -> Iterator[dict[str, Any]]:
+    """A vision tower fed flattened patches of a square grid (`_Maker.grid_side`): with
+    the grid (Qwen-VL's ``grid_thw``), with its shape and a patch mask (SigLIP 2's
+    ``spatial_shapes``), or with each patch's position (``pixel_position_ids``)."""
+    torch = make.torch
+    pixels = "pixel_values" if "pixel_values" in parameters else next(iter(parameters))
+    grid = next((n for n in parameters if n.endswith("grid_thw")), None)
+    if grid is not None:
+        patches, thw = make.patches()
+        yield {pixels: patches, grid: thw}
+    side = make.grid_side()
+    count = side * side
+    flat = make.floats(1, count, make.patch_width(temporal=False))
+    if "spatial_shapes" in parameters:
+        inputs = {pixels: flat, "spatial_shapes": torch.tensor([[side, side]])}
+        if "pixel_attention_mask" in parameters:
+            inputs["pixel_attention_mask"] = torch.ones(1, count, dtype=torch.long)
+        yield inputs
+    if "pixel_position_ids" in parameters:
+        rows, columns = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+        positions = torch.stack([columns.flatten(), rows.flatten()], dim=-1).unsqueeze(0)
+        yield {pixels: flat, "pixel_position_ids": positions}
+
+
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
@@ -240,8 +288,12 @@ def _takes_kwargs(parameters: Any) -> bool:
 
 
 def _sequence(inputs: dict[str, Any]) -> int:
-    ids = inputs.get("input_ids")
-    return int(ids.shape[-1]) if ids is not None else SEQUENCE
+    """The sequence length the other inputs (masks, time features) take: the token ids',
+    or a time series' history."""
+    for name in ("input_ids", "past_values"):
+        if name in inputs:
+            return int(inputs[name].shape[1 if name == "past_values" else -1])
+    return SEQUENCE
 
 
 def _with_mask(inputs: dict[str, Any], parameters: Any) -> dict[str, Any] | None:

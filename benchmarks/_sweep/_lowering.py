@@ -20,6 +20,10 @@ from typing import Any, Callable
 from _sweep._screen import compare
 
 XNNFOLD, STOCK = "xnnfold", "stock"
+# xnnfold's partitioner stores a tied table once, in a `.ptd` (not its default: a program
+# then loads with its data file): every line of the results lowered this way, and it
+# exercises the `.ptd` path `xnnfold.save` and the loading take.
+TIE_TABLES = True
 # A variant is wrong when its max abs diff against eager exceeds this, relative to the
 # largest eager output (at least 1).
 TOLERANCE = 1e-3
@@ -71,7 +75,9 @@ def lower_one(
     import xnnfold
 
     partitioner = (
-        xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts())
+        xnnfold.XnnpackFoldingPartitioner(
+            tie_tables=TIE_TABLES, facts=xnnfold.CrossMethodFacts()
+        )
         if label == XNNFOLD
         else XnnpackPartitioner()
     )

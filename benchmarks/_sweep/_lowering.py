@@ -75,9 +75,7 @@ def lower_one(
     import xnnfold
 
     partitioner = (
-        xnnfold.XnnpackFoldingPartitioner(
-            tie_tables=TIE_TABLES, facts=xnnfold.CrossMethodFacts()
-        )
+        xnnfold.XnnpackFoldingPartitioner(tie_tables=TIE_TABLES, facts=xnnfold.CrossMethodFacts())
         if label == XNNFOLD
         else XnnpackPartitioner()
     )

@@ -81,6 +81,21 @@ class _SharedSource(nn.Module):
         return self.conv(x) + self.conv.parametrizations.weight.original1.sum()
 
 
+class _CodebookDistance(nn.Module):
+    """A codebook's distance to each input, as Xcodec's quantizer computes it, and a lookup
+    in the codebook: the lookup keeps the transposed table from folding (XNF504), the sum
+    beside the mm computes it in another delegate, which passes it to the mm's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("codebook", torch.randn(16, 8))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        table = self.codebook.t()
+        distance = x.pow(2).sum(1, keepdim=True) - 2 * x @ table + table.pow(2).sum(0)
+        return distance, nn.functional.embedding(ids, self.codebook)
+
+
 class _Modulated(nn.Module):
     """A weight scaled per call by an input: computed, not from constants (XNF501)."""
 
@@ -104,6 +119,15 @@ def test_a_declined_fold_carries_its_code_in_explain_and_the_warning(
     assert "XNF504: " in xnnfold.explain(edge).table()
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("xnnfold")]
     assert any(m.endswith("[XNF504]") for m in warnings), warnings
+
+
+@pytest.mark.runtime
+def test_a_weight_another_delegate_computes_is_explained_as_computed() -> None:
+    torch.manual_seed(0)
+    edge = xnnfold.lower(_CodebookDistance().eval(), (torch.randn(4, 8), torch.tensor([1, 2])))
+    (row,) = xnnfold.explain(edge).rows
+    assert row.delegated and row.code == "XNF504"
+    assert row.computed and not row.folded
 
 
 @pytest.mark.runtime

@@ -13,7 +13,7 @@ added).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import AbstractSet, Iterator, Optional
 
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from executorch.exir.delegate import executorch_call_delegate
@@ -188,12 +188,30 @@ def _positions(node: Node) -> tuple[int, ...]:
     return GEMM_ARGS_BY_NAME[_gemm_name(node) or "bmm"]
 
 
-def _computed(node: Node) -> bool:
+def _computed(node: Node, fed: AbstractSet[str] = frozenset()) -> bool:
+    """Whether a weight or bias of GEMM ``node`` is computed rather than a stored tensor:
+    a node of its graph, or one of the placeholders in ``fed`` (a delegate's inputs the
+    top-level program computes, as another delegate's output)."""
     for index in _positions(node):
         arg = node.args[index] if index < len(node.args) else None
-        if isinstance(arg, Node) and arg.op != "placeholder":
+        if isinstance(arg, Node) and (arg.op != "placeholder" or arg.name in fed):
             return True
     return False
+
+
+def _fed_by_computation(inner: ExportedProgram, call: Node) -> frozenset[str]:
+    """The placeholders of delegate program ``inner`` whose value its call ``call``
+    passes from a computation of the top-level program (not a placeholder there). The
+    call's operands after the lowered module are the delegate's user inputs, in order."""
+    names = inner.graph_signature.user_inputs
+    operands = call.args[1:]
+    if len(names) != len(operands):
+        return frozenset()
+    return frozenset(
+        name
+        for name, operand in zip(names, operands)
+        if isinstance(operand, Node) and operand.op != "placeholder"
+    )
 
 
 def _growth(noted: tuple[FoldGrowth, ...]) -> tuple[Optional[int], Optional[str]]:
@@ -203,7 +221,7 @@ def _growth(noted: tuple[FoldGrowth, ...]) -> tuple[Optional[int], Optional[str]
     return sum(bytes_ for _, bytes_, _ in noted), noted[0][2]
 
 
-def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
+def _delegated_row(method: str, node: Node, backend: str, fed: AbstractSet[str]) -> GemmRow:
     mark = fold_mark_of(node)
     arguments = mark.arguments if mark is not None else ()
     positions = _positions(node)
@@ -221,7 +239,7 @@ def _delegated_row(method: str, node: Node, backend: str) -> GemmRow:
         backend,
         folded,
         site,
-        _computed(node) or bool(folded),
+        _computed(node, fed) or bool(folded),
         reason.text if reason is not None else None,
         reason.code if reason is not None else None,
         *_growth(mark.growth if mark is not None else ()),
@@ -262,9 +280,10 @@ def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
             inner = getattr(lowered, "original_module", None)
             if inner is None:
                 continue
+            fed = _fed_by_computation(inner, node)
             for inner_node in inner.graph.nodes:
                 if _gemm_name(inner_node):
-                    yield _delegated_row(method, inner_node, lowered.backend_id)
+                    yield _delegated_row(method, inner_node, lowered.backend_id, fed)
         elif _gemm_name(node):
             yield _outside_row(method, node)
 

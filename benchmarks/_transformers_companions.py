@@ -1,0 +1,255 @@
+"""Companion inputs: ``forward`` arguments a transformers model class declares optional
+(or types loosely) yet cannot run without, built from the argument's name and the config.
+
+A model that takes ``visual_feats`` beside its token ids, retrieved documents beside a
+question (``context_input_ids``), a Longformer's global attention, LUKE's entities, a
+decision transformer's states and actions, a TimesFM series' padding and frequency: each
+is one row of `COMPANIONS`, keyed by the argument's name, whose maker reads the sizes the
+config gives (the visual feature width, the documents retrieved, the state and action
+widths). A maker returns the tensors to add (the argument's, and where its shape ties
+another input's, that input too), or nothing where the config does not say enough.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from _transformers_tensors import as_int, find, Maker, SEQUENCE
+
+# Regions (boxes) of a model fed region features (LXMERT, VisualBERT).
+REGIONS = 4
+# Entities of an entity-aware model (LUKE): two, for its entity-pair head.
+ENTITIES = 2
+
+Inputs = dict[str, Any]
+Companion = Callable[[Maker, Inputs], Inputs]
+
+
+def _ids_length(inputs: Inputs) -> int:
+    ids = inputs.get("input_ids")
+    return int(ids.shape[-1]) if ids is not None else SEQUENCE
+
+
+def _visual_feats(make: Maker, inputs: Inputs) -> Inputs:
+    width = as_int(find(make.config, "visual_feat_dim"), make.hidden)
+    return {"visual_feats": make.floats(1, REGIONS, width)}
+
+
+def _visual_pos(make: Maker, inputs: Inputs) -> Inputs:
+    width = as_int(find(make.config, "visual_pos_dim"), 4)
+    boxes = make.torch.rand(1, REGIONS, width, generator=make.generator)
+    return {"visual_pos": boxes}
+
+
+def _visual_embeds(make: Maker, inputs: Inputs) -> Inputs:
+    width = as_int(find(make.config, "visual_embedding_dim"), make.hidden)
+    return {"visual_embeds": make.floats(1, REGIONS, width)}
+
+
+def _region_to_phrase(make: Maker, inputs: Inputs) -> Inputs:
+    """Each token and region's phrase: one phrase, spanning text and regions."""
+    length = _ids_length(inputs) + REGIONS
+    return {"region_to_phrase_position": make.torch.ones(1, length, dtype=make.torch.long)}
+
+
+def _documents(make: Maker) -> int:
+    return as_int(find(make.config, "n_docs"), 5)
+
+
+def _context_ids(make: Maker, inputs: Inputs) -> Inputs:
+    """The retrieved documents, each one row (a RAG model without a retriever)."""
+    return {"context_input_ids": make.ids().expand(_documents(make), SEQUENCE).contiguous()}
+
+
+def _context_mask(make: Maker, inputs: Inputs) -> Inputs:
+    mask = make.torch.ones(_documents(make), SEQUENCE, dtype=make.torch.long)
+    return {"context_attention_mask": mask}
+
+
+def _doc_scores(make: Maker, inputs: Inputs) -> Inputs:
+    return {"doc_scores": make.floats(1, _documents(make))}
+
+
+def _global_attention(make: Maker, inputs: Inputs) -> Inputs:
+    """Global attention on the first token: a Longformer QA head otherwise looks for it
+    at separator tokens random ids need not hold."""
+    ids = inputs.get("input_ids")
+    if ids is None:
+        return {}
+    mask = make.torch.zeros_like(ids)
+    mask[..., 0] = 1
+    return {"global_attention_mask": mask}
+
+
+def _entity_ids(make: Maker, inputs: Inputs) -> Inputs:
+    vocab = max(2, min(as_int(find(make.config, "entity_vocab_size"), 100), 100))
+    ids = make.torch.randint(1, vocab, (1, ENTITIES), generator=make.generator)
+    return {"entity_ids": ids}
+
+
+def _entity_mask(make: Maker, inputs: Inputs) -> Inputs:
+    return {"entity_attention_mask": make.torch.ones(1, ENTITIES, dtype=make.torch.long)}
+
+
+def _entity_positions(make: Maker, inputs: Inputs) -> Inputs:
+    """Each entity's mention: its first tokens, padded with -1 to the mention length."""
+    mention = as_int(find(make.config, "max_mention_length"), 30)
+    positions = make.torch.full((1, ENTITIES, mention), -1, dtype=make.torch.long)
+    for entity in range(ENTITIES):
+        positions[0, entity, :2] = make.torch.tensor([2 * entity, 2 * entity + 1])
+    return {"entity_position_ids": positions}
+
+
+def _entity_starts(make: Maker, inputs: Inputs) -> Inputs:
+    starts = make.torch.arange(ENTITIES).mul(2).unsqueeze(0)
+    return {"entity_start_positions": starts}
+
+
+def _entity_ends(make: Maker, inputs: Inputs) -> Inputs:
+    ends = make.torch.arange(ENTITIES).mul(2).add(1).unsqueeze(0)
+    return {"entity_end_positions": ends}
+
+
+def _decoder_ids(make: Maker, inputs: Inputs) -> Inputs:
+    return {"decoder_input_ids": make.ids(4)}
+
+
+def _encoder_states(make: Maker, inputs: Inputs) -> Inputs:
+    width = as_int(find(make.config, "encoder_hidden_size"), make.hidden)
+    return {"encoder_hidden_states": make.floats(1, SEQUENCE, width)}
+
+
+def _target_sizes(make: Maker, inputs: Inputs) -> Inputs:
+    """Each image's patch grid (height, width): the pixels' sides over the patch side."""
+    pixels = inputs.get("pixel_values")
+    if pixels is None or pixels.dim() != 4:
+        return {}
+    patch = as_int(find(make.config, "patch_size"), 14)
+    sides = [int(pixels.shape[-2]) // patch, int(pixels.shape[-1]) // patch]
+    return {"target_sizes": make.torch.tensor([sides], dtype=make.torch.int32)}
+
+
+def _is_longer(make: Maker, inputs: Inputs) -> Inputs:
+    return {"is_longer": make.torch.zeros(1, 1, dtype=make.torch.bool)}
+
+
+def _states(make: Maker, inputs: Inputs) -> Inputs:
+    return {"states": make.floats(1, SEQUENCE, as_int(find(make.config, "state_dim"), 17))}
+
+
+def _actions(make: Maker, inputs: Inputs) -> Inputs:
+    return {"actions": make.floats(1, SEQUENCE, as_int(find(make.config, "act_dim"), 4))}
+
+
+def _rewards(make: Maker, inputs: Inputs) -> Inputs:
+    return {"rewards": make.floats(1, SEQUENCE, 1)}
+
+
+def _returns_to_go(make: Maker, inputs: Inputs) -> Inputs:
+    return {"returns_to_go": make.floats(1, SEQUENCE, 1)}
+
+
+def _timesteps(make: Maker, inputs: Inputs) -> Inputs:
+    return {"timesteps": make.torch.arange(SEQUENCE).unsqueeze(0)}
+
+
+def _series_padding(make: Maker, inputs: Inputs) -> Inputs:
+    """No padding in the history: zeros of its (batch, length)."""
+    values = inputs.get("past_values")
+    if values is None:
+        return {}
+    return {"past_values_padding": make.torch.zeros(values.shape[:2])}
+
+
+def _frequency(make: Maker, inputs: Inputs) -> Inputs:
+    """The series' frequency class, one a series: 0, the highest."""
+    return {"freq": make.torch.zeros(1, 1, dtype=make.torch.long)}
+
+
+def _image_positions(make: Maker, inputs: Inputs) -> Inputs:
+    """Where the image's latent queries go in the text (Kosmos-2): the ids lengthened to
+    hold them after a first token, the mask marking them."""
+    queries = as_int(find(make.config, "latent_query_num"), 0)
+    if not queries:
+        return {}
+    ids = make.ids(queries + 2)
+    mask = make.torch.zeros_like(ids)
+    mask[:, 1 : queries + 1] = 1
+    return {"input_ids": ids, "image_embeds_position_mask": mask}
+
+
+def _features_mask(make: Maker, inputs: Inputs) -> Inputs:
+    """Every frame of the (batch, bins, frames) features valid."""
+    features = inputs.get("input_features")
+    if features is None or features.dim() != 3:
+        return {}
+    mask = make.torch.ones(1, int(features.shape[-1]), dtype=make.torch.long)
+    return {"input_features_mask": mask}
+
+
+def _masked_patches(make: Maker, inputs: Inputs) -> Inputs:
+    """Half the patches masked (a masked-autoencoder's pretraining head): one flag a patch
+    of the pixels, or of a video's tubes."""
+    pixels = inputs.get("pixel_values")
+    if pixels is None or pixels.dim() not in (4, 5):
+        return {}
+    patch = as_int(find(make.config, "patch_size"), 16)
+    count = (int(pixels.shape[-2]) // patch) * (int(pixels.shape[-1]) // patch)
+    if pixels.dim() == 5:
+        count *= int(pixels.shape[1]) // as_int(find(make.config, "tubelet_size"), 1)
+    masked = make.torch.zeros(1, count, dtype=make.torch.bool)
+    masked[:, : count // 2] = True
+    return {"bool_masked_pos": masked}
+
+
+def _aspect_ratio_ids(make: Maker, inputs: Inputs) -> Inputs:
+    """Every image one tile wide, as many high as the pixels hold (Mllama)."""
+    return {"aspect_ratio_ids": make.torch.ones(1, 1, dtype=make.torch.long)}
+
+
+def _aspect_ratio_mask(make: Maker, inputs: Inputs) -> Inputs:
+    pixels = inputs.get("pixel_values")
+    tiles = int(pixels.shape[2]) if pixels is not None and pixels.dim() == 6 else 1
+    return {"aspect_ratio_mask": make.torch.ones(1, 1, tiles, dtype=make.torch.long)}
+
+
+COMPANIONS: dict[str, Companion] = {
+    "visual_feats": _visual_feats,
+    "visual_pos": _visual_pos,
+    "visual_embeds": _visual_embeds,
+    "region_to_phrase_position": _region_to_phrase,
+    "context_input_ids": _context_ids,
+    "context_attention_mask": _context_mask,
+    "doc_scores": _doc_scores,
+    "global_attention_mask": _global_attention,
+    "entity_ids": _entity_ids,
+    "entity_attention_mask": _entity_mask,
+    "entity_position_ids": _entity_positions,
+    "entity_start_positions": _entity_starts,
+    "entity_end_positions": _entity_ends,
+    "decoder_input_ids": _decoder_ids,
+    "encoder_hidden_states": _encoder_states,
+    "target_sizes": _target_sizes,
+    "is_longer": _is_longer,
+    "states": _states,
+    "actions": _actions,
+    "rewards": _rewards,
+    "returns_to_go": _returns_to_go,
+    "timesteps": _timesteps,
+    "past_values_padding": _series_padding,
+    "freq": _frequency,
+    "image_embeds_position_mask": _image_positions,
+    "input_features_mask": _features_mask,
+    "bool_masked_pos": _masked_patches,
+    "aspect_ratio_ids": _aspect_ratio_ids,
+    "aspect_ratio_mask": _aspect_ratio_mask,
+}
+
+
+def with_companions(inputs: Inputs, parameters: Any, make: Maker) -> Inputs:
+    """``inputs`` completed with every companion ``forward`` takes that they lack."""
+    full = dict(inputs)
+    for name in parameters:
+        if name in COMPANIONS and name not in full:
+            full.update(COMPANIONS[name](make, full))
+    return full

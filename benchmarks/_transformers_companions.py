@@ -12,9 +12,10 @@ another input's, that input too), or nothing where the config does not say enoug
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
-from _transformers_tensors import as_int, find, Maker, SEQUENCE
+from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
 # Regions (boxes) of a model fed region features (LXMERT, VisualBERT).
 REGIONS = 4
@@ -111,7 +112,9 @@ def _entity_ends(make: Maker, inputs: Inputs) -> Inputs:
 
 
 def _decoder_ids(make: Maker, inputs: Inputs) -> Inputs:
-    return {"decoder_input_ids": make.ids(4)}
+    """Decoder ids: one row a codebook, where the decoder reads audio codebooks."""
+    codebooks = as_int(find(make.config, "num_codebooks"), 1)
+    return {"decoder_input_ids": make.ids(4).expand(codebooks, 4).contiguous()}
 
 
 def _encoder_states(make: Maker, inputs: Inputs) -> Inputs:
@@ -213,6 +216,20 @@ def _aspect_ratio_mask(make: Maker, inputs: Inputs) -> Inputs:
     return {"aspect_ratio_mask": make.torch.ones(1, 1, tiles, dtype=make.torch.long)}
 
 
+def _image_attention(make: Maker, inputs: Inputs) -> Inputs:
+    """Every token attending to every image of a (batch, images, ...) pixel input."""
+    pixels = inputs.get("pixel_values")
+    if pixels is None or pixels.dim() != 5:
+        return {}
+    shape = (1, _ids_length(inputs), int(pixels.shape[1]))
+    return {"image_attention_mask": make.torch.ones(*shape, dtype=make.torch.long)}
+
+
+def _waveform(make: Maker, inputs: Inputs) -> Inputs:
+    """Audio beside another main input: (batch, channels, samples), one channel."""
+    return {"input_values": make.floats(1, 1, SAMPLES // 10)}
+
+
 COMPANIONS: dict[str, Companion] = {
     "visual_feats": _visual_feats,
     "visual_pos": _visual_pos,
@@ -243,13 +260,22 @@ COMPANIONS: dict[str, Companion] = {
     "bool_masked_pos": _masked_patches,
     "aspect_ratio_ids": _aspect_ratio_ids,
     "aspect_ratio_mask": _aspect_ratio_mask,
+    "image_attention_mask": _image_attention,
+    "input_values": _waveform,
 }
+
+
+# Companions added only where ``forward`` requires them: where optional, the class runs
+# without them (an audio prompt beside a text prompt).
+_WHEN_REQUIRED = frozenset({"input_values"})
 
 
 def with_companions(inputs: Inputs, parameters: Any, make: Maker) -> Inputs:
     """``inputs`` completed with every companion ``forward`` takes that they lack."""
     full = dict(inputs)
-    for name in parameters:
-        if name in COMPANIONS and name not in full:
-            full.update(COMPANIONS[name](make, full))
+    for name, parameter in parameters.items():
+        optional = parameter.default is not inspect.Parameter.empty
+        if name not in COMPANIONS or name in full or (optional and name in _WHEN_REQUIRED):
+            continue
+        full.update(COMPANIONS[name](make, full))
     return full

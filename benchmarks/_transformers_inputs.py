@@ -51,6 +51,7 @@ def _main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.floats(1, SAMPLES)}
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
+        yield {name: make.floats(1, 1, SAMPLES)}
     elif name in ("input_features", "spectrogram", "audio_mel"):
         for features in make.features():
             yield {name: features}
@@ -89,16 +90,19 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
                 yield {"input_ids": ids, "input_features": features}
     elif name == "pixel_values":
         yield {name: make.video(), "input_ids": make.ids()}
+        # A video tower that folds the frames into the batch (X-CLIP's).
+        yield {name: make.video().flatten(0, 1)}
         if "aspect_ratio_ids" in parameters:
             tiles = as_int(find(config, "max_num_tiles"), 4)
             yield {name: make.pixels().expand(1, 1, tiles, -1, -1, -1).contiguous()}
-    elif name in ("input_features", "spectrogram", "audio_mel", "input_values"):
+    elif name in ("input_features", "spectrogram", "audio_mel", "input_values", "mel_spectrogram"):
         for features in make.more_features():
             yield {name: features}
     elif name not in ("pixel_values_videos", "past_values", "audio_values", "waveform"):
         yield {name: make.floats(1, make.hidden, SEQUENCE)}
         yield {name: make.pixels()}
         yield {name: make.floats(1, 1, SAMPLES // 10)}
+        yield {name: make.floats(1, 1, SAMPLES)}
 
 
 def _main_name(model: Any, parameters: Any) -> str:

@@ -28,7 +28,14 @@ _SUB_CONFIGS = (
 
 # Config fields naming the width of one frame of features a model takes (besides its mel
 # bins): a feature projection's input, the features stacked per frame.
-_FEATURE_WIDTHS = ("feature_projection_input_dim", "input_dim", "input_feat_per_channel", "n_mels")
+_FEATURE_WIDTHS = (
+    "feature_projection_input_dim",
+    "input_dim",
+    "input_feat_per_channel",
+    "input_feat_size",
+    "n_mels",
+    "mel_dim",
+)
 
 # Suffixes of ``forward`` arguments that take integers (token ids, indices).
 _INTEGER_SUFFIXES = ("_ids", "_idx", "_index", "_indices")
@@ -110,9 +117,11 @@ class Maker:
         yield self.floats(16, dim)
 
     def more_features(self) -> Iterator[Any]:
-        """Mel features in the layouts `features` does not try: (1, frames, width) for
-        each feature width the config names (a projection's input, stacked frames), and
-        (1, 1, frames, bins), a spectrogram as a one-channel image (CLAP, AST)."""
+        """Mel features in the layouts `features` does not try: (1, frames, width) and
+        (1, width, frames) for each feature width the config names (a projection's input,
+        frames stacked into one), and (1, 1, frames, bins), a spectrogram as a
+        one-channel image (CLAP, AST). The frames: the config's input length, a multiple
+        of its attention window, or 64."""
         config = self.config
         bins = as_int(find(config, "num_mel_bins") or find(config, "feature_size"), 80)
         widths = {bins}
@@ -120,9 +129,15 @@ class Maker:
             width = as_int(find(config, field), 0)
             if width:
                 widths.add(width)
-        frames = as_int(find(config, "max_length"), 0) or 64
+        stacked = as_int(find(config, "num_stacked_frames"), 0)
+        if stacked:
+            widths.add(bins * stacked)
+        window = as_int(find(config, "n_window"), 0)
+        frames = as_int(find(config, "max_length"), 0) or (2 * window if window else 64)
         for width in sorted(widths):
             yield self.floats(1, frames, width)
+        for width in sorted(widths):
+            yield self.floats(1, width, frames)
         yield self.floats(1, 1, frames, bins)
         spec = as_int(find(config, "spec_size"), 0)
         if spec:

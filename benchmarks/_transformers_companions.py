@@ -181,13 +181,29 @@ def _image_positions(make: Maker, inputs: Inputs) -> Inputs:
     return {"input_ids": ids, "image_embeds_position_mask": mask}
 
 
+def _frames(make: Maker, features: Any) -> int:
+    """The frames of (batch, frames, width) or (batch, width, frames) features: the axis
+    that is not one of the config's feature widths."""
+    if int(features.shape[-1]) in make.feature_widths():
+        return int(features.shape[1])
+    return int(features.shape[-1])
+
+
 def _features_mask(make: Maker, inputs: Inputs) -> Inputs:
-    """Every frame of the (batch, bins, frames) features valid."""
+    """Every frame of the features valid."""
     features = inputs.get("input_features")
     if features is None or features.dim() != 3:
         return {}
-    mask = make.torch.ones(1, int(features.shape[-1]), dtype=make.torch.long)
+    mask = make.torch.ones(1, _frames(make, features), dtype=make.torch.long)
     return {"input_features_mask": mask}
+
+
+def _mel_mask(make: Maker, inputs: Inputs) -> Inputs:
+    """No frame of the mel features padded (Gemma 3n's mask flags padding)."""
+    mel = inputs.get("audio_mel")
+    if mel is None or mel.dim() != 3:
+        return {}
+    return {"audio_mel_mask": make.torch.zeros(1, _frames(make, mel), dtype=make.torch.bool)}
 
 
 def _masked_patches(make: Maker, inputs: Inputs) -> Inputs:
@@ -227,7 +243,48 @@ def _image_attention(make: Maker, inputs: Inputs) -> Inputs:
 
 def _waveform(make: Maker, inputs: Inputs) -> Inputs:
     """Audio beside another main input: (batch, channels, samples), one channel."""
-    return {"input_values": make.floats(1, 1, SAMPLES // 10)}
+    return {"input_values": make.floats(1, 1, SAMPLES)}
+
+
+def _flattened_patches(make: Maker, inputs: Inputs) -> Inputs:
+    """Pix2Struct's patches: each row's and column's index, then its flattened pixels."""
+    width = as_int(find(make.config, "patch_embed_hidden_size"), make.hidden)
+    patches = make.floats(1, SEQUENCE, 2 + width)
+    patches[:, :, :2] = make.torch.randint(1, 4, (1, SEQUENCE, 2), generator=make.generator)
+    return {"flattened_patches": patches}
+
+
+def _marks(make: Maker, inputs: Inputs) -> Inputs:
+    """Two questions, marked at the first two tokens (1-based), two options each."""
+    return {"marks": make.torch.tensor([[1, 2]])}
+
+
+def _num_options(make: Maker, inputs: Inputs) -> Inputs:
+    return {"num_options": make.torch.tensor([[2, 2]])}
+
+
+def _question_types(make: Maker, inputs: Inputs) -> Inputs:
+    return {"question_type_ids": make.torch.zeros(1, 2, dtype=make.torch.long)}
+
+
+def _state(make: Maker, inputs: Inputs) -> Inputs:
+    """A robot's state vector, at the width the config pads states to."""
+    return {"state": make.floats(1, as_int(find(make.config, "max_state_dim"), make.hidden))}
+
+
+def _codes(make: Maker, inputs: Inputs) -> Inputs:
+    """Audio codec codes: (batch, quantizers, frames), each below the codebook size."""
+    config = make.config
+    quantizers = as_int(find(config, "num_quantizers") or find(config, "num_codebooks"), 1)
+    size = max(2, min(as_int(find(config, "codebook_size"), make.vocab), 100))
+    codes = make.torch.randint(0, size, (1, quantizers, SEQUENCE), generator=make.generator)
+    return {"codes": codes}
+
+
+def _decoder_values(make: Maker, inputs: Inputs) -> Inputs:
+    """A speech decoder's input: mel frames (SpeechT5)."""
+    bins = as_int(find(make.config, "num_mel_bins"), 80)
+    return {"decoder_input_values": make.floats(1, 4, bins)}
 
 
 COMPANIONS: dict[str, Companion] = {
@@ -257,11 +314,19 @@ COMPANIONS: dict[str, Companion] = {
     "freq": _frequency,
     "image_embeds_position_mask": _image_positions,
     "input_features_mask": _features_mask,
+    "audio_mel_mask": _mel_mask,
     "bool_masked_pos": _masked_patches,
     "aspect_ratio_ids": _aspect_ratio_ids,
     "aspect_ratio_mask": _aspect_ratio_mask,
     "image_attention_mask": _image_attention,
     "input_values": _waveform,
+    "flattened_patches": _flattened_patches,
+    "marks": _marks,
+    "num_options": _num_options,
+    "question_type_ids": _question_types,
+    "state": _state,
+    "codes": _codes,
+    "decoder_input_values": _decoder_values,
 }
 
 

@@ -51,6 +51,7 @@ def _main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.floats(1, SAMPLES)}
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
+        yield {name: make.floats(1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
     elif name in ("input_features", "spectrogram", "audio_mel"):
         for features in make.features():
@@ -88,6 +89,13 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         if "input_features" in parameters:
             for features in make.more_features():
                 yield {"input_ids": ids, "input_features": features}
+        if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
+            # Decoder ids as long as the input ids: a head pooling the decoder's states at
+            # the input's end-of-sequence tokens (T5's classifier).
+            yield {"input_ids": ids, "decoder_input_ids": ids}
+        if "inputs_embeds" in parameters:
+            # A model that embeds no ids of its own (a talker, a text-to-unit encoder).
+            yield {"inputs_embeds": make.floats(1, SEQUENCE, make.hidden)}
     elif name == "pixel_values":
         yield {name: make.video(), "input_ids": make.ids()}
         # A video tower that folds the frames into the batch (X-CLIP's).
@@ -98,11 +106,19 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
     elif name in ("input_features", "spectrogram", "audio_mel", "input_values", "mel_spectrogram"):
         for features in make.more_features():
             yield {name: features}
+        # An encoder whose pre-net is left to the caller (SpeechT5's): hidden states.
+        yield {name: make.floats(1, SEQUENCE, make.hidden)}
+    elif name.endswith("_ids"):
+        # Ids over audio codebooks: (batch, sequence, codebooks).
+        codebooks = as_int(find(config, "num_codebooks"), 0)
+        if codebooks:
+            yield {name: make.ids(SEQUENCE * codebooks).view(1, SEQUENCE, codebooks)}
     elif name not in ("pixel_values_videos", "past_values", "audio_values", "waveform"):
         yield {name: make.floats(1, make.hidden, SEQUENCE)}
         yield {name: make.pixels()}
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
+        yield {name: make.floats(1, SAMPLES // 10)}
 
 
 def _main_name(model: Any, parameters: Any) -> str:

@@ -116,12 +116,9 @@ class Maker:
         yield self.floats(1, bins, 3000)
         yield self.floats(16, dim)
 
-    def more_features(self) -> Iterator[Any]:
-        """Mel features in the layouts `features` does not try: (1, frames, width) and
-        (1, width, frames) for each feature width the config names (a projection's input,
-        frames stacked into one), and (1, 1, frames, bins), a spectrogram as a
-        one-channel image (CLAP, AST). The frames: the config's input length, a multiple
-        of its attention window, or 64."""
+    def feature_widths(self) -> set[int]:
+        """The widths of one frame of features the config names: its mel bins, a
+        projection's input, frames stacked into one."""
         config = self.config
         bins = as_int(find(config, "num_mel_bins") or find(config, "feature_size"), 80)
         widths = {bins}
@@ -132,6 +129,16 @@ class Maker:
         stacked = as_int(find(config, "num_stacked_frames"), 0)
         if stacked:
             widths.add(bins * stacked)
+        return widths
+
+    def more_features(self) -> Iterator[Any]:
+        """Mel features in the layouts `features` does not try: (1, frames, width) and
+        (1, width, frames) for each of `feature_widths`, and (1, 1, frames, bins), a
+        spectrogram as a one-channel image (CLAP, AST). The frames: the config's input
+        length, a multiple of its attention window, or 64."""
+        config = self.config
+        bins = as_int(find(config, "num_mel_bins") or find(config, "feature_size"), 80)
+        widths = self.feature_widths()
         window = as_int(find(config, "n_window"), 0)
         frames = as_int(find(config, "max_length"), 0) or (2 * window if window else 64)
         for width in sorted(widths):

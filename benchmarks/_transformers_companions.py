@@ -141,7 +141,10 @@ def _states(make: Maker, inputs: Inputs) -> Inputs:
 
 
 def _actions(make: Maker, inputs: Inputs) -> Inputs:
-    return {"actions": make.floats(1, SEQUENCE, as_int(find(make.config, "act_dim"), 4))}
+    """Actions at the config's action width, over its action chunk where it has one."""
+    config = make.config
+    width = as_int(find(config, "act_dim") or find(config, "max_action_dim"), 4)
+    return {"actions": make.floats(1, as_int(find(config, "chunk_size"), SEQUENCE), width)}
 
 
 def _rewards(make: Maker, inputs: Inputs) -> Inputs:
@@ -287,6 +290,12 @@ def _decoder_values(make: Maker, inputs: Inputs) -> Inputs:
     return {"decoder_input_values": make.floats(1, 4, bins)}
 
 
+def _merge_sizes(make: Maker, inputs: Inputs) -> Inputs:
+    """Each image's spatial merge size (VideoLLaMA 3), one image."""
+    merge = as_int(find(make.config, "spatial_merge_size"), 2)
+    return {"merge_sizes": make.torch.tensor([merge])}
+
+
 COMPANIONS: dict[str, Companion] = {
     "visual_feats": _visual_feats,
     "visual_pos": _visual_pos,
@@ -325,6 +334,7 @@ COMPANIONS: dict[str, Companion] = {
     "num_options": _num_options,
     "question_type_ids": _question_types,
     "state": _state,
+    "merge_sizes": _merge_sizes,
     "codes": _codes,
     "decoder_input_values": _decoder_values,
 }

@@ -86,6 +86,9 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         ids = make.ids()
         if "pixel_values" in parameters:
             yield {"input_ids": ids, "pixel_values": make.video()}
+            # Text beside an image given as patches (SigLIP 2's).
+            for patches in _patch_inputs(parameters, make):
+                yield {"input_ids": ids, **patches}
         if "input_features" in parameters:
             for features in make.more_features():
                 yield {"input_ids": ids, "input_features": features}
@@ -97,6 +100,7 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             # A model that embeds no ids of its own (a talker, a text-to-unit encoder).
             yield {"inputs_embeds": make.floats(1, SEQUENCE, make.hidden)}
     elif name == "pixel_values":
+        yield from _more_patches(parameters, make)
         yield {name: make.video(), "input_ids": make.ids()}
         # A video tower that folds the frames into the batch (X-CLIP's).
         yield {name: make.video().flatten(0, 1)}
@@ -119,6 +123,35 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
         yield {name: make.floats(1, SAMPLES // 10)}
+
+
+def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
+    """Patches of `Maker.grid_side`'s square grid in the layouts `_patch_inputs` does not
+    try: each patch spanning two frames (a temporal patch the config leaves implicit),
+    each patch an image of its own (channels, side, side), all of them one image's
+    sequence (batch, patches, ...), or flattened without a grid (as many as the grid, or
+    as an image of the config's size holds)."""
+    pixels = "pixel_values" if "pixel_values" in parameters else next(iter(parameters))
+    grid = next((n for n in parameters if n.endswith("grid_thw")), None)
+    side = make.grid_side()
+    count = side * side
+    channels = as_int(find(make.config, "in_channels") or find(make.config, "num_channels"), 3)
+    patch = as_int(find(make.config, "patch_size"), 14)
+    if grid is not None:
+        thw = make.torch.tensor([[1, side, side]])
+        images = make.floats(count, channels, patch, patch)
+        for layout in (
+            make.floats(count, 2 * make.patch_width(temporal=False)),
+            images,
+            images.unsqueeze(0),
+        ):
+            yield {pixels: layout, grid: thw}
+    width = make.patch_width(temporal=False)
+    yield {pixels: make.floats(1, count, width)}
+    # The patches of one image at the config's size.
+    height, across = (side // patch for side in make.image)
+    if height * across != count:
+        yield {pixels: make.floats(1, height * across, width)}
 
 
 def _main_name(model: Any, parameters: Any) -> str:

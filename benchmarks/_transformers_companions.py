@@ -296,6 +296,29 @@ def _merge_sizes(make: Maker, inputs: Inputs) -> Inputs:
     return {"merge_sizes": make.torch.tensor([merge])}
 
 
+def _prompt_pixels(make: Maker, inputs: Inputs) -> Inputs:
+    """A prompt image the size of the pixels (SegGPT's in-context example)."""
+    pixels = inputs.get("pixel_values")
+    shape = tuple(pixels.shape) if pixels is not None else (1, make.channels, *make.image)
+    return {"prompt_pixel_values": make.floats(*shape)}
+
+
+def _prompt_masks(make: Maker, inputs: Inputs) -> Inputs:
+    """The prompt image's mask, an image of its size."""
+    pixels = inputs.get("prompt_pixel_values", inputs.get("pixel_values"))
+    shape = tuple(pixels.shape) if pixels is not None else (1, make.channels, *make.image)
+    return {"prompt_masks": make.floats(*shape)}
+
+
+def _first_id(name: str) -> Companion:
+    """The first entry of a table indexed by id (a speaker's, a language's)."""
+
+    def make_id(make: Maker, inputs: Inputs) -> Inputs:
+        return {name: make.torch.zeros(1, 1, dtype=make.torch.long)}
+
+    return make_id
+
+
 COMPANIONS: dict[str, Companion] = {
     "visual_feats": _visual_feats,
     "visual_pos": _visual_pos,
@@ -335,14 +358,19 @@ COMPANIONS: dict[str, Companion] = {
     "question_type_ids": _question_types,
     "state": _state,
     "merge_sizes": _merge_sizes,
+    "prompt_pixel_values": _prompt_pixels,
+    "prompt_masks": _prompt_masks,
+    "spkr_id": _first_id("spkr_id"),
+    "lang_id": _first_id("lang_id"),
     "codes": _codes,
     "decoder_input_values": _decoder_values,
 }
 
 
 # Companions added only where ``forward`` requires them: where optional, the class runs
-# without them (an audio prompt beside a text prompt).
-_WHEN_REQUIRED = frozenset({"input_values"})
+# without them (an audio prompt beside a text prompt; a mask over patches that are not
+# the pixels' own, SegGPT's over the prompt and the image stacked).
+_WHEN_REQUIRED = frozenset({"input_values", "bool_masked_pos"})
 
 
 def with_companions(inputs: Inputs, parameters: Any, make: Maker) -> Inputs:

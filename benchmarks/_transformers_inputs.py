@@ -101,6 +101,10 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             yield {"inputs_embeds": make.floats(1, SEQUENCE, make.hidden)}
     elif name == "pixel_values":
         yield from _more_patches(parameters, make)
+        if "prompt_pixel_values" in parameters:
+            # A prompt stacked above the image fills the config's size (SegGPT's).
+            height, width = make.image
+            yield {name: make.floats(1, make.channels, height // 2, width)}
         yield {name: make.video(), "input_ids": make.ids()}
         # A video tower that folds the frames into the batch (X-CLIP's).
         yield {name: make.video().flatten(0, 1)}

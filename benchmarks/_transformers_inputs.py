@@ -100,6 +100,10 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             # A model that embeds no ids of its own (a talker, a text-to-unit encoder).
             yield {"inputs_embeds": make.floats(1, SEQUENCE, make.hidden)}
     elif name == "pixel_values":
+        queried = make.ids_with_queries()
+        if queried is not None and "input_ids" in parameters:
+            yield {name: make.pixels(), "input_ids": queried}
+            yield {name: make.video(), "input_ids": queried}
         yield from _more_patches(parameters, make)
         if "prompt_pixel_values" in parameters:
             # A prompt stacked above the image fills the config's size (SegGPT's).

@@ -37,6 +37,9 @@ _FEATURE_WIDTHS = (
     "mel_dim",
 )
 
+# Config fields naming the token that stands for an image's (a video's) features.
+_QUERY_TOKENS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
+
 # Suffixes of ``forward`` arguments that take integers (token ids, indices).
 _INTEGER_SUFFIXES = ("_ids", "_idx", "_index", "_indices")
 
@@ -92,6 +95,17 @@ class Maker:
         if isinstance(eos, int) and 0 <= eos < as_int(find(self.config, "vocab_size"), 0):
             ids[:, -1] = eos
         return ids
+
+    def ids_with_queries(self) -> Any:
+        """Token ids led by one image (or video) token a query of the model's query former
+        (BLIP-2, InstructBLIP), where the config names both; else None."""
+        tokens = (find(self.config, field) for field in _QUERY_TOKENS)
+        token = next((t for t in tokens if t is not None), None)
+        queries = as_int(find(self.config, "num_query_tokens"), 0)
+        if not isinstance(token, int) or not queries:
+            return None
+        ids = self.ids()
+        return self.torch.cat([self.torch.full((1, queries), token), ids], dim=1)
 
     def floats(self, *shape: int) -> Any:
         return self.torch.randn(*shape, generator=self.generator)

@@ -47,6 +47,10 @@ def _visual_embeds(make: Maker, inputs: Inputs) -> Inputs:
     return {"visual_embeds": make.floats(1, REGIONS, width)}
 
 
+def _visual_mask(make: Maker, inputs: Inputs) -> Inputs:
+    return {"visual_attention_mask": make.torch.ones(1, REGIONS, dtype=make.torch.long)}
+
+
 def _region_to_phrase(make: Maker, inputs: Inputs) -> Inputs:
     """Each token and region's phrase: one phrase, spanning text and regions."""
     length = _ids_length(inputs) + REGIONS
@@ -310,6 +314,11 @@ def _prompt_masks(make: Maker, inputs: Inputs) -> Inputs:
     return {"prompt_masks": make.floats(*shape)}
 
 
+def _question_positions(make: Maker, inputs: Inputs) -> Inputs:
+    """One question, at the second token (Splinter's span selection)."""
+    return {"question_positions": make.torch.tensor([[1]])}
+
+
 def _first_id(name: str) -> Companion:
     """The first entry of a table indexed by id (a speaker's, a language's)."""
 
@@ -323,6 +332,7 @@ COMPANIONS: dict[str, Companion] = {
     "visual_feats": _visual_feats,
     "visual_pos": _visual_pos,
     "visual_embeds": _visual_embeds,
+    "visual_attention_mask": _visual_mask,
     "region_to_phrase_position": _region_to_phrase,
     "context_input_ids": _context_ids,
     "context_attention_mask": _context_mask,
@@ -360,6 +370,7 @@ COMPANIONS: dict[str, Companion] = {
     "merge_sizes": _merge_sizes,
     "prompt_pixel_values": _prompt_pixels,
     "prompt_masks": _prompt_masks,
+    "question_positions": _question_positions,
     "spkr_id": _first_id("spkr_id"),
     "lang_id": _first_id("lang_id"),
     "codes": _codes,

@@ -89,6 +89,12 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             # Text beside an image given as patches (SigLIP 2's).
             for patches in _patch_inputs(parameters, make):
                 yield {"input_ids": ids, **patches}
+            side = as_int(find(config, "max_img_size"), 0)
+            if side:
+                # Frames at the size the model pads them to (TVP's visual prompt).
+                video = make.floats(1, make.frames, make.channels, side, side)
+                yield {"input_ids": ids, "pixel_values": video}
+
         if "input_features" in parameters:
             for features in make.more_features():
                 yield {"input_ids": ids, "input_features": features}

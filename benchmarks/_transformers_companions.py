@@ -205,6 +205,15 @@ def _features_mask(make: Maker, inputs: Inputs) -> Inputs:
     return {"input_features_mask": mask}
 
 
+def _chunk_lengths(make: Maker, inputs: Inputs) -> Inputs:
+    """Each chunk of features' length in waveform samples: its frames times the hop."""
+    features = inputs.get("input_features")
+    if features is None or features.dim() != 3:
+        return {}
+    samples = _frames(make, features) * as_int(find(make.config, "hop_length"), 160)
+    return {"chunk_sample_lengths": make.torch.full((int(features.shape[0]),), samples)}
+
+
 def _mel_mask(make: Maker, inputs: Inputs) -> Inputs:
     """No frame of the mel features padded (Gemma 3n's mask flags padding)."""
     mel = inputs.get("audio_mel")
@@ -357,6 +366,7 @@ COMPANIONS: dict[str, Companion] = {
     "image_embeds_position_mask": _image_positions,
     "input_features_mask": _features_mask,
     "audio_mel_mask": _mel_mask,
+    "chunk_sample_lengths": _chunk_lengths,
     "bool_masked_pos": _masked_patches,
     "aspect_ratio_ids": _aspect_ratio_ids,
     "aspect_ratio_mask": _aspect_ratio_mask,

@@ -122,6 +122,10 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             tiles = as_int(find(config, "max_num_tiles"), 4)
             yield {name: make.pixels().expand(1, 1, tiles, -1, -1, -1).contiguous()}
     elif name in ("input_features", "spectrogram", "audio_mel", "input_values", "mel_spectrogram"):
+        per_token = as_int(find(config, "samples_per_token"), 0)
+        if per_token:
+            # Audio a whole number of tokens long (an encoder embedding fixed spans).
+            yield {name: make.floats(1, 4 * per_token)}
         for features in make.more_features():
             yield {name: features}
         # An encoder whose pre-net is left to the caller (SpeechT5's): hidden states.

@@ -328,6 +328,35 @@ def _question_positions(make: Maker, inputs: Inputs) -> Inputs:
     return {"question_positions": make.torch.tensor([[1]])}
 
 
+def _camera_mask(make: Maker, inputs: Inputs) -> Inputs:
+    """Every image of a (batch, images, ...) pixel input present (PI0's cameras)."""
+    pixels = inputs.get("pixel_values")
+    if pixels is None or pixels.dim() != 5:
+        return {}
+    return {"pixel_attention_mask": make.torch.ones(1, int(pixels.shape[1]), dtype=bool)}
+
+
+def _noise(make: Maker, inputs: Inputs) -> Inputs:
+    """The flow's starting noise over the action chunk, given (the model would draw it,
+    which neither the runtime nor a diff can take)."""
+    chunk = as_int(find(make.config, "chunk_size"), 0)
+    width = as_int(find(make.config, "max_action_dim"), 0)
+    return {"noise": make.floats(1, chunk, width)} if chunk and width else {}
+
+
+def _action_embeds(make: Maker, inputs: Inputs) -> Inputs:
+    """The action expert's input: one embedding an action of the chunk, at the expert's
+    width (PI0's DiT)."""
+    chunk = as_int(find(make.config, "chunk_size"), SEQUENCE)
+    expert = getattr(make.config, "dit_config", None)
+    width = as_int(getattr(expert, "hidden_size", None), make.hidden)
+    return {"action_embeds": make.floats(1, chunk, width)}
+
+
+def _timestep(make: Maker, inputs: Inputs) -> Inputs:
+    return {"timestep": make.torch.full((1,), 0.5)}
+
+
 def _first_id(name: str) -> Companion:
     """The first entry of a table indexed by id (a speaker's, a language's)."""
 
@@ -381,6 +410,10 @@ COMPANIONS: dict[str, Companion] = {
     "prompt_pixel_values": _prompt_pixels,
     "prompt_masks": _prompt_masks,
     "question_positions": _question_positions,
+    "pixel_attention_mask": _camera_mask,
+    "noise": _noise,
+    "action_embeds": _action_embeds,
+    "timestep": _timestep,
     "spkr_id": _first_id("spkr_id"),
     "lang_id": _first_id("lang_id"),
     "codes": _codes,

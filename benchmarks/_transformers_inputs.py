@@ -81,7 +81,11 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
     parameters = inspect.signature(model.forward).parameters
     name = _main_name(model, parameters)
     if name in COMPANIONS:
-        yield COMPANIONS[name](make, {})
+        first = COMPANIONS[name](make, {})
+        yield first
+        if "input_ids" in parameters and "pixel_values" in parameters:
+            # A policy reading a prompt and its cameras' images besides (PI0).
+            yield {**first, "input_ids": make.ids(), "pixel_values": make.video()}
     if name == "input_ids":
         ids = make.ids()
         if "pixel_values" in parameters:

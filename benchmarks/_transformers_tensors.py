@@ -23,6 +23,7 @@ _SUB_CONFIGS = (
     "decoder",
     "backbone_config",
     "speech_config",
+    "asr_config",
 )
 
 

@@ -126,6 +126,14 @@ def _encoder_states(make: Maker, inputs: Inputs) -> Inputs:
     return {"encoder_hidden_states": make.floats(1, SEQUENCE, width)}
 
 
+def _context_states(make: Maker, inputs: Inputs) -> Inputs:
+    """A drafter's context: the target model's states at each layer it reads (DFlash),
+    side by side."""
+    layers = find(make.config, "target_layer_ids")
+    count = len(layers) if isinstance(layers, (list, tuple)) and layers else 1
+    return {"context_hidden_states": make.floats(1, SEQUENCE, count * make.hidden)}
+
+
 def _target_sizes(make: Maker, inputs: Inputs) -> Inputs:
     """Each image's patch grid (height, width): the pixels' sides over the patch side."""
     pixels = inputs.get("pixel_values")
@@ -383,6 +391,7 @@ COMPANIONS: dict[str, Companion] = {
     "entity_end_positions": _entity_ends,
     "decoder_input_ids": _decoder_ids,
     "encoder_hidden_states": _encoder_states,
+    "context_hidden_states": _context_states,
     "target_sizes": _target_sizes,
     "is_longer": _is_longer,
     "states": _states,

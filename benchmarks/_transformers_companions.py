@@ -365,6 +365,14 @@ def _timestep(make: Maker, inputs: Inputs) -> Inputs:
     return {"timestep": make.torch.full((1,), 0.5)}
 
 
+def _layout_boxes(make: Maker, inputs: Inputs) -> Inputs:
+    """Detected layout boxes in [0, 1000] (x_min, y_min, x_max, y_max), and the mask of
+    the valid ones, all of them (PP-DocLayout's reading order)."""
+    corners = make.torch.randint(0, 500, (1, REGIONS, 2), generator=make.generator)
+    boxes = make.torch.cat([corners, corners + 10], dim=-1).float()
+    return {"boxes": boxes, "mask": make.torch.ones(1, REGIONS, dtype=make.torch.bool)}
+
+
 def _first_id(name: str) -> Companion:
     """The first entry of a table indexed by id (a speaker's, a language's)."""
 
@@ -419,6 +427,7 @@ COMPANIONS: dict[str, Companion] = {
     "prompt_pixel_values": _prompt_pixels,
     "prompt_masks": _prompt_masks,
     "question_positions": _question_positions,
+    "boxes": _layout_boxes,
     "pixel_attention_mask": _camera_mask,
     "noise": _noise,
     "action_embeds": _action_embeds,
@@ -443,5 +452,6 @@ def with_companions(inputs: Inputs, parameters: Any, make: Maker) -> Inputs:
         optional = parameter.default is not inspect.Parameter.empty
         if name not in COMPANIONS or name in full or (optional and name in _WHEN_REQUIRED):
             continue
-        full.update(COMPANIONS[name](make, full))
+        made = COMPANIONS[name](make, full)
+        full.update({k: v for k, v in made.items() if k in parameters})
     return full

@@ -141,6 +141,10 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             yield {name: make.ids(SEQUENCE * codebooks).view(1, SEQUENCE, codebooks)}
     elif name not in ("pixel_values_videos", "past_values", "audio_values", "waveform"):
         yield {name: make.floats(1, make.hidden, SEQUENCE)}
+        width = as_int(find(config, "input_size"), 0)
+        if width:
+            # Features at the width the config names as its input's (Phi-4's audio).
+            yield {name: make.floats(1, SEQUENCE, width)}
         yield {name: make.pixels()}
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}

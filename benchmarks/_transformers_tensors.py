@@ -132,8 +132,8 @@ class Maker:
         yield self.floats(16, dim)
 
     def feature_widths(self) -> set[int]:
-        """The widths of one frame of features the config names: its mel bins, a
-        projection's input, frames stacked into one."""
+        """The widths one frame of features may have: the config's mel bins, a
+        projection's input, frames stacked into one, twice and four times the bins."""
         config = self.config
         bins = as_int(find(config, "num_mel_bins") or find(config, "feature_size"), 80)
         widths = {bins}
@@ -144,6 +144,9 @@ class Maker:
         stacked = as_int(find(config, "num_stacked_frames"), 0)
         if stacked:
             widths.add(bins * stacked)
+        # Frames stacked in pairs, or with their deltas, or both (Granite Speech 5's
+        # extractor), where the config does not say.
+        widths.update((2 * bins, 4 * bins))
         return widths
 
     def more_features(self) -> Iterator[Any]:

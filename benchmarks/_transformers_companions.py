@@ -7,7 +7,8 @@ decision transformer's states and actions, a TimesFM series' padding and frequen
 is one row of `COMPANIONS`, keyed by the argument's name, whose maker reads the sizes the
 config gives (the visual feature width, the documents retrieved, the state and action
 widths). A maker returns the tensors to add (the argument's, and where its shape ties
-another input's, that input too), or nothing where the config does not say enough.
+another input's, that input too), or nothing where the config does not say enough. The
+makers of pixels, audio and regions are `_transformers_media`'s.
 """
 
 from __future__ import annotations
@@ -15,46 +16,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
+import _transformers_media as media
+from _transformers_tensors import as_int, find, Maker, SEQUENCE
 
-# Regions (boxes) of a model fed region features (LXMERT, VisualBERT).
-REGIONS = 4
 # Entities of an entity-aware model (LUKE): two, for its entity-pair head.
 ENTITIES = 2
 
 Inputs = dict[str, Any]
 Companion = Callable[[Maker, Inputs], Inputs]
-
-
-def _ids_length(inputs: Inputs) -> int:
-    ids = inputs.get("input_ids")
-    return int(ids.shape[-1]) if ids is not None else SEQUENCE
-
-
-def _visual_feats(make: Maker, inputs: Inputs) -> Inputs:
-    width = as_int(find(make.config, "visual_feat_dim"), make.hidden)
-    return {"visual_feats": make.floats(1, REGIONS, width)}
-
-
-def _visual_pos(make: Maker, inputs: Inputs) -> Inputs:
-    width = as_int(find(make.config, "visual_pos_dim"), 4)
-    boxes = make.torch.rand(1, REGIONS, width, generator=make.generator)
-    return {"visual_pos": boxes}
-
-
-def _visual_embeds(make: Maker, inputs: Inputs) -> Inputs:
-    width = as_int(find(make.config, "visual_embedding_dim"), make.hidden)
-    return {"visual_embeds": make.floats(1, REGIONS, width)}
-
-
-def _visual_mask(make: Maker, inputs: Inputs) -> Inputs:
-    return {"visual_attention_mask": make.torch.ones(1, REGIONS, dtype=make.torch.long)}
-
-
-def _region_to_phrase(make: Maker, inputs: Inputs) -> Inputs:
-    """Each token and region's phrase: one phrase, spanning text and regions."""
-    length = _ids_length(inputs) + REGIONS
-    return {"region_to_phrase_position": make.torch.ones(1, length, dtype=make.torch.long)}
 
 
 def _documents(make: Maker) -> int:
@@ -134,20 +103,6 @@ def _context_states(make: Maker, inputs: Inputs) -> Inputs:
     return {"context_hidden_states": make.floats(1, SEQUENCE, count * make.hidden)}
 
 
-def _target_sizes(make: Maker, inputs: Inputs) -> Inputs:
-    """Each image's patch grid (height, width): the pixels' sides over the patch side."""
-    pixels = inputs.get("pixel_values")
-    if pixels is None or pixels.dim() != 4:
-        return {}
-    patch = as_int(find(make.config, "patch_size"), 14)
-    sides = [int(pixels.shape[-2]) // patch, int(pixels.shape[-1]) // patch]
-    return {"target_sizes": make.torch.tensor([sides], dtype=make.torch.int32)}
-
-
-def _is_longer(make: Maker, inputs: Inputs) -> Inputs:
-    return {"is_longer": make.torch.zeros(1, 1, dtype=make.torch.bool)}
-
-
 def _states(make: Maker, inputs: Inputs) -> Inputs:
     return {"states": make.floats(1, SEQUENCE, as_int(find(make.config, "state_dim"), 17))}
 
@@ -184,100 +139,6 @@ def _frequency(make: Maker, inputs: Inputs) -> Inputs:
     return {"freq": make.torch.zeros(1, 1, dtype=make.torch.long)}
 
 
-def _image_positions(make: Maker, inputs: Inputs) -> Inputs:
-    """Where the image's latent queries go in the text (Kosmos-2): the ids lengthened to
-    hold them after a first token, the mask marking them."""
-    queries = as_int(find(make.config, "latent_query_num"), 0)
-    if not queries:
-        return {}
-    ids = make.ids(queries + 2)
-    mask = make.torch.zeros_like(ids)
-    mask[:, 1 : queries + 1] = 1
-    return {"input_ids": ids, "image_embeds_position_mask": mask}
-
-
-def _frames(make: Maker, features: Any) -> int:
-    """The frames of (batch, frames, width) or (batch, width, frames) features: the axis
-    that is not one of the config's feature widths."""
-    if int(features.shape[-1]) in make.feature_widths():
-        return int(features.shape[1])
-    return int(features.shape[-1])
-
-
-def _features_mask(make: Maker, inputs: Inputs) -> Inputs:
-    """Every frame of the features valid."""
-    features = inputs.get("input_features")
-    if features is None or features.dim() != 3:
-        return {}
-    mask = make.torch.ones(1, _frames(make, features), dtype=make.torch.long)
-    return {"input_features_mask": mask}
-
-
-def _chunk_lengths(make: Maker, inputs: Inputs) -> Inputs:
-    """Each chunk of features' length in waveform samples: its frames times the hop."""
-    features = inputs.get("input_features")
-    if features is None or features.dim() != 3:
-        return {}
-    samples = _frames(make, features) * as_int(find(make.config, "hop_length"), 160)
-    return {"chunk_sample_lengths": make.torch.full((int(features.shape[0]),), samples)}
-
-
-def _mel_mask(make: Maker, inputs: Inputs) -> Inputs:
-    """No frame of the mel features padded (Gemma 3n's mask flags padding)."""
-    mel = inputs.get("audio_mel")
-    if mel is None or mel.dim() != 3:
-        return {}
-    return {"audio_mel_mask": make.torch.zeros(1, _frames(make, mel), dtype=make.torch.bool)}
-
-
-def _masked_patches(make: Maker, inputs: Inputs) -> Inputs:
-    """Half the patches masked (a masked-autoencoder's pretraining head): one flag a patch
-    of the pixels, or of a video's tubes."""
-    pixels = inputs.get("pixel_values")
-    if pixels is None or pixels.dim() not in (4, 5):
-        return {}
-    patch = as_int(find(make.config, "patch_size"), 16)
-    count = (int(pixels.shape[-2]) // patch) * (int(pixels.shape[-1]) // patch)
-    if pixels.dim() == 5:
-        count *= int(pixels.shape[1]) // as_int(find(make.config, "tubelet_size"), 1)
-    masked = make.torch.zeros(1, count, dtype=make.torch.bool)
-    masked[:, : count // 2] = True
-    return {"bool_masked_pos": masked}
-
-
-def _aspect_ratio_ids(make: Maker, inputs: Inputs) -> Inputs:
-    """Every image one tile wide, as many high as the pixels hold (Mllama)."""
-    return {"aspect_ratio_ids": make.torch.ones(1, 1, dtype=make.torch.long)}
-
-
-def _aspect_ratio_mask(make: Maker, inputs: Inputs) -> Inputs:
-    pixels = inputs.get("pixel_values")
-    tiles = int(pixels.shape[2]) if pixels is not None and pixels.dim() == 6 else 1
-    return {"aspect_ratio_mask": make.torch.ones(1, 1, tiles, dtype=make.torch.long)}
-
-
-def _image_attention(make: Maker, inputs: Inputs) -> Inputs:
-    """Every token attending to every image of a (batch, images, ...) pixel input."""
-    pixels = inputs.get("pixel_values")
-    if pixels is None or pixels.dim() != 5:
-        return {}
-    shape = (1, _ids_length(inputs), int(pixels.shape[1]))
-    return {"image_attention_mask": make.torch.ones(*shape, dtype=make.torch.long)}
-
-
-def _waveform(make: Maker, inputs: Inputs) -> Inputs:
-    """Audio beside another main input: (batch, channels, samples), one channel."""
-    return {"input_values": make.floats(1, 1, SAMPLES)}
-
-
-def _flattened_patches(make: Maker, inputs: Inputs) -> Inputs:
-    """Pix2Struct's patches: each row's and column's index, then its flattened pixels."""
-    width = as_int(find(make.config, "patch_embed_hidden_size"), make.hidden)
-    patches = make.floats(1, SEQUENCE, 2 + width)
-    patches[:, :, :2] = make.torch.randint(1, 4, (1, SEQUENCE, 2), generator=make.generator)
-    return {"flattened_patches": patches}
-
-
 def _marks(make: Maker, inputs: Inputs) -> Inputs:
     """Two questions, marked at the first two tokens (1-based), two options each."""
     return {"marks": make.torch.tensor([[1, 2]])}
@@ -296,52 +157,9 @@ def _state(make: Maker, inputs: Inputs) -> Inputs:
     return {"state": make.floats(1, as_int(find(make.config, "max_state_dim"), make.hidden))}
 
 
-def _codes(make: Maker, inputs: Inputs) -> Inputs:
-    """Audio codec codes: (batch, quantizers, frames), each below the codebook size."""
-    config = make.config
-    quantizers = as_int(find(config, "num_quantizers") or find(config, "num_codebooks"), 1)
-    size = max(2, min(as_int(find(config, "codebook_size"), make.vocab), 100))
-    codes = make.torch.randint(0, size, (1, quantizers, SEQUENCE), generator=make.generator)
-    return {"codes": codes}
-
-
-def _decoder_values(make: Maker, inputs: Inputs) -> Inputs:
-    """A speech decoder's input: mel frames (SpeechT5)."""
-    bins = as_int(find(make.config, "num_mel_bins"), 80)
-    return {"decoder_input_values": make.floats(1, 4, bins)}
-
-
-def _merge_sizes(make: Maker, inputs: Inputs) -> Inputs:
-    """Each image's spatial merge size (VideoLLaMA 3), one image."""
-    merge = as_int(find(make.config, "spatial_merge_size"), 2)
-    return {"merge_sizes": make.torch.tensor([merge])}
-
-
-def _prompt_pixels(make: Maker, inputs: Inputs) -> Inputs:
-    """A prompt image the size of the pixels (SegGPT's in-context example)."""
-    pixels = inputs.get("pixel_values")
-    shape = tuple(pixels.shape) if pixels is not None else (1, make.channels, *make.image)
-    return {"prompt_pixel_values": make.floats(*shape)}
-
-
-def _prompt_masks(make: Maker, inputs: Inputs) -> Inputs:
-    """The prompt image's mask, an image of its size."""
-    pixels = inputs.get("prompt_pixel_values", inputs.get("pixel_values"))
-    shape = tuple(pixels.shape) if pixels is not None else (1, make.channels, *make.image)
-    return {"prompt_masks": make.floats(*shape)}
-
-
 def _question_positions(make: Maker, inputs: Inputs) -> Inputs:
     """One question, at the second token (Splinter's span selection)."""
     return {"question_positions": make.torch.tensor([[1]])}
-
-
-def _camera_mask(make: Maker, inputs: Inputs) -> Inputs:
-    """Every image of a (batch, images, ...) pixel input present (PI0's cameras)."""
-    pixels = inputs.get("pixel_values")
-    if pixels is None or pixels.dim() != 5:
-        return {}
-    return {"pixel_attention_mask": make.torch.ones(1, int(pixels.shape[1]), dtype=bool)}
 
 
 def _noise(make: Maker, inputs: Inputs) -> Inputs:
@@ -368,9 +186,9 @@ def _timestep(make: Maker, inputs: Inputs) -> Inputs:
 def _layout_boxes(make: Maker, inputs: Inputs) -> Inputs:
     """Detected layout boxes in [0, 1000] (x_min, y_min, x_max, y_max), and the mask of
     the valid ones, all of them (PP-DocLayout's reading order)."""
-    corners = make.torch.randint(0, 500, (1, REGIONS, 2), generator=make.generator)
+    corners = make.torch.randint(0, 500, (1, media.REGIONS, 2), generator=make.generator)
     boxes = make.torch.cat([corners, corners + 10], dim=-1).float()
-    return {"boxes": boxes, "mask": make.torch.ones(1, REGIONS, dtype=make.torch.bool)}
+    return {"boxes": boxes, "mask": make.torch.ones(1, media.REGIONS, dtype=make.torch.bool)}
 
 
 def _first_id(name: str) -> Companion:
@@ -383,11 +201,11 @@ def _first_id(name: str) -> Companion:
 
 
 COMPANIONS: dict[str, Companion] = {
-    "visual_feats": _visual_feats,
-    "visual_pos": _visual_pos,
-    "visual_embeds": _visual_embeds,
-    "visual_attention_mask": _visual_mask,
-    "region_to_phrase_position": _region_to_phrase,
+    "visual_feats": media.visual_feats,
+    "visual_pos": media.visual_pos,
+    "visual_embeds": media.visual_embeds,
+    "visual_attention_mask": media.visual_mask,
+    "region_to_phrase_position": media.region_to_phrase,
     "context_input_ids": _context_ids,
     "context_attention_mask": _context_mask,
     "doc_scores": _doc_scores,
@@ -400,8 +218,8 @@ COMPANIONS: dict[str, Companion] = {
     "decoder_input_ids": _decoder_ids,
     "encoder_hidden_states": _encoder_states,
     "context_hidden_states": _context_states,
-    "target_sizes": _target_sizes,
-    "is_longer": _is_longer,
+    "target_sizes": media.target_sizes,
+    "is_longer": media.is_longer,
     "states": _states,
     "actions": _actions,
     "rewards": _rewards,
@@ -409,33 +227,33 @@ COMPANIONS: dict[str, Companion] = {
     "timesteps": _timesteps,
     "past_values_padding": _series_padding,
     "freq": _frequency,
-    "image_embeds_position_mask": _image_positions,
-    "input_features_mask": _features_mask,
-    "audio_mel_mask": _mel_mask,
-    "chunk_sample_lengths": _chunk_lengths,
-    "bool_masked_pos": _masked_patches,
-    "aspect_ratio_ids": _aspect_ratio_ids,
-    "aspect_ratio_mask": _aspect_ratio_mask,
-    "image_attention_mask": _image_attention,
-    "input_values": _waveform,
-    "flattened_patches": _flattened_patches,
+    "image_embeds_position_mask": media.image_positions,
+    "input_features_mask": media.features_mask,
+    "audio_mel_mask": media.mel_mask,
+    "chunk_sample_lengths": media.chunk_lengths,
+    "bool_masked_pos": media.masked_patches,
+    "aspect_ratio_ids": media.aspect_ratio_ids,
+    "aspect_ratio_mask": media.aspect_ratio_mask,
+    "image_attention_mask": media.image_attention,
+    "input_values": media.waveform,
+    "flattened_patches": media.flattened_patches,
     "marks": _marks,
     "num_options": _num_options,
     "question_type_ids": _question_types,
     "state": _state,
-    "merge_sizes": _merge_sizes,
-    "prompt_pixel_values": _prompt_pixels,
-    "prompt_masks": _prompt_masks,
+    "merge_sizes": media.merge_sizes,
+    "prompt_pixel_values": media.prompt_pixels,
+    "prompt_masks": media.prompt_masks,
     "question_positions": _question_positions,
     "boxes": _layout_boxes,
-    "pixel_attention_mask": _camera_mask,
+    "pixel_attention_mask": media.camera_mask,
     "noise": _noise,
     "action_embeds": _action_embeds,
     "timestep": _timestep,
     "spkr_id": _first_id("spkr_id"),
     "lang_id": _first_id("lang_id"),
-    "codes": _codes,
-    "decoder_input_values": _decoder_values,
+    "codes": media.codes,
+    "decoder_input_values": media.decoder_values,
 }
 
 

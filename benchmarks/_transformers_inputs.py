@@ -14,161 +14,18 @@ from __future__ import annotations
 import inspect
 from typing import Any, Iterator
 
-# Sequence length of token inputs and of generic feature sequences.
-SEQUENCE = 8
-# Audio samples: a tenth of this first (a wav2vec2-style feature encoder's strides take
-# 400), then all of it (an x-vector's TDNN context needs more).
-SAMPLES = 16_000
-_SUB_CONFIGS = (
-    "text_config",
-    "vision_config",
-    "audio_config",
-    "encoder_config",
-    "decoder_config",
-    "encoder",
-    "decoder",
-    "backbone_config",
-    "speech_config",
-)
+from _transformers_companions import COMPANIONS, with_companions
+from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
 
-# Suffixes of ``forward`` arguments that take integers (token ids, indices).
-_INTEGER_SUFFIXES = ("_ids", "_idx", "_index", "_indices")
-
-
-def find(config: Any, name: str) -> Any:
-    """Config field ``name``, or a sub-config's (text, vision, audio, ...)."""
-    value = getattr(config, name, None)
-    if value is not None:
-        return value
-    for sub in _SUB_CONFIGS:
-        inner = getattr(config, sub, None)
-        if inner is not None and not isinstance(inner, (int, float, str, bool)):
-            value = getattr(inner, name, None)
-            if value is not None:
-                return value
-    return None
-
-
-def _int(value: Any, default: int) -> int:
-    if isinstance(value, (list, tuple)) and value:
-        value = value[-1]
-    return (
-        int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
-    )
-
-
-class _Maker:
-    """Tensors for one model: its config's sizes, one seeded generator."""
-
-    def __init__(self, config: Any) -> None:
-        import torch
-
-        self.torch = torch
-        self.config = config
-        self.generator = torch.Generator().manual_seed(1)
-        vocab = _int(find(config, "vocab_size"), 100)
-        self.vocab = max(2, min(vocab, 100))
-        self.channels = _int(find(config, "num_channels"), 3)
-        size = find(config, "image_size")
-        if isinstance(size, dict):
-            size = size.get("height") or size.get("shortest_edge")
-        pair = size if isinstance(size, (list, tuple)) and len(size) == 2 else (size, size)
-        self.image = tuple(_int(side, 64) for side in pair)
-        self.frames = _int(find(config, "num_frames"), 2)
-        self.hidden = _int(find(config, "hidden_size") or find(config, "d_model"), 32)
-
-    def ids(self, length: int = SEQUENCE) -> Any:
-        """Token ids, ending in the end-of-sequence token where the config has one (a
-        sequence classifier pooling at it needs one)."""
-        ids = self.torch.randint(1, self.vocab, (1, length), generator=self.generator)
-        eos = find(self.config, "eos_token_id")
-        if isinstance(eos, int) and 0 <= eos < _int(find(self.config, "vocab_size"), 0):
-            ids[:, -1] = eos
-        return ids
-
-    def floats(self, *shape: int) -> Any:
-        return self.torch.randn(*shape, generator=self.generator)
-
-    def pixels(self, side: int | None = None) -> Any:
-        height, width = (side, side) if side else self.image
-        return self.floats(1, self.channels, height, width)
-
-    def video(self) -> Any:
-        return self.floats(1, self.frames, self.channels, *self.image)
-
-    def features(self) -> Iterator[Any]:
-        """Mel features: (1, bins, frames) at the length the encoder's positions take
-        (Whisper), then the usual other layouts."""
-        bins = _int(find(self.config, "num_mel_bins") or find(self.config, "feature_size"), 80)
-        dim = _int(find(self.config, "input_feat_per_channel"), bins)
-        positions = _int(find(self.config, "max_source_positions"), 0)
-        if positions:
-            yield self.floats(1, bins, 2 * positions)
-        yield self.floats(1, bins, 64)
-        yield self.floats(1, 16, dim)
-        yield self.floats(1, bins, 3000)
-        yield self.floats(16, dim)
-
-    def patch_width(self, *, temporal: bool = True) -> int:
-        """The values of one flattened patch: channels x patch side squared (x the frames
-        a patch spans, where ``temporal``)."""
-        config = self.config
-        frames = _int(find(config, "temporal_patch_size"), 1) if temporal else 1
-        return (
-            _int(find(config, "in_channels") or find(config, "num_channels"), 3)
-            * frames
-            * _int(find(config, "patch_size"), 14) ** 2
-        )
-
-    def grid_side(self) -> int:
-        """The side of a square patch grid a vision tower merges (twice its merge size)."""
-        return 2 * _int(find(self.config, "spatial_merge_size"), 2)
-
-    def patches(self) -> tuple[Any, Any]:
-        """A Qwen-VL-style vision tower's inputs: flattened patches of a square grid of one
-        frame (`grid_side`), and that grid (``grid_thw``)."""
-        side = self.grid_side()
-        grid = self.torch.tensor([[1, side, side]])
-        return self.floats(side * side, self.patch_width()), grid
-
-    def by_name(self, name: str, sequence: int) -> Any:
-        """A tensor for ``forward`` argument ``name``: ids, a mask, pixels, features."""
-        torch = self.torch
-        if name.endswith("grid_thw"):
-            return self.patches()[1]
-        if name in ("bbox",):
-            corners = torch.randint(0, 500, (1, sequence, 2), generator=self.generator)
-            return torch.cat([corners, corners + 10], dim=-1)
-        if name.endswith(_INTEGER_SUFFIXES) or name in ("codes", "code", "labels"):
-            return self.ids(sequence)
-        if name == "pixel_mask":
-            return torch.ones(1, *self.image, dtype=torch.long)
-        if "mask" in name:
-            return torch.ones(1, sequence, dtype=torch.long)
-        if "pixel_values" in name:
-            return self.pixels()
-        if name.endswith("time_features"):
-            return self.floats(1, sequence, _int(find(self.config, "num_time_features"), 1))
-        if name.endswith(("_values", "_features", "_embeds", "_states", "hidden_states")):
-            return self.floats(1, sequence, self.hidden)
-        return self.floats(1, sequence, self.hidden)
-
-
-def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
+def _main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
     """The main input in the shapes the config implies, most likely first."""
     config = model.config
     parameters = inspect.signature(model.forward).parameters
-    name = getattr(model, "main_input_name", "input_ids")
-    if isinstance(name, (list, tuple)):
-        name = name[0]
-    if name not in parameters:
-        # A class that inherits its main input's name from a base it does not share
-        # its forward with: forward's first argument.
-        name = next((n for n, p in parameters.items() if p.kind in _NAMED), name)
+    name = _main_name(model, parameters)
     if name == "input_ids":
         ids = make.ids()
-        codebooks = _int(find(config, "num_codebooks"), 0)
+        codebooks = as_int(find(config, "num_codebooks"), 0)
         if type(model).__name__.endswith("ForMultipleChoice"):
             # (batch, choices, sequence)
             yield {"input_ids": ids.unsqueeze(1).expand(1, 2, SEQUENCE).contiguous()}
@@ -194,16 +51,18 @@ def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.floats(1, SAMPLES)}
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
+        yield {name: make.floats(1, SAMPLES // 10)}
+        yield {name: make.floats(1, 1, SAMPLES)}
     elif name in ("input_features", "spectrogram", "audio_mel"):
         for features in make.features():
             yield {name: features}
     elif name == "past_values":
         # A time-series model: (batch, history, channels), the history the context and
         # the furthest lag the model looks back (its lagged features).
-        length = _int(find(config, "context_length"), SEQUENCE) + max(
+        length = as_int(find(config, "context_length"), SEQUENCE) + max(
             find(config, "lags_sequence") or [0]
         )
-        channels = _int(find(config, "num_input_channels") or find(config, "input_size"), 1)
+        channels = as_int(find(config, "num_input_channels") or find(config, "input_size"), 1)
         yield {name: make.floats(1, length, channels)}
         if channels == 1:
             yield {name: make.floats(1, length)}
@@ -213,8 +72,128 @@ def _main(model: Any, make: _Maker) -> Iterator[dict[str, Any]]:
     yield from _patch_inputs(parameters, make)
 
 
-def _patch_inputs(parameters: Any, make: _Maker) -> Iterator[dict[str, Any]]:
-    """A vision tower fed flattened patches of a square grid (`_Maker.grid_side`): with
+def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
+    """Rarer layouts of the main input, tried after `_main`'s: a main input `COMPANIONS`
+    knows; text with a video or with mel features beside it; a video with text; tiles of
+    images (``aspect_ratio_ids``); features in the other layouts the config's widths
+    imply; a generic input channels first, or as pixels or audio."""
+    config = model.config
+    parameters = inspect.signature(model.forward).parameters
+    name = _main_name(model, parameters)
+    if name in COMPANIONS:
+        first = COMPANIONS[name](make, {})
+        yield first
+        if "input_ids" in parameters and "pixel_values" in parameters:
+            # A policy reading a prompt and its cameras' images besides (PI0).
+            yield {**first, "input_ids": make.ids(), "pixel_values": make.video()}
+    if name == "input_ids":
+        ids = make.ids()
+        if "pixel_values" in parameters:
+            yield {"input_ids": ids, "pixel_values": make.video()}
+            # Text beside an image given as patches (SigLIP 2's).
+            for patches in _patch_inputs(parameters, make):
+                yield {"input_ids": ids, **patches}
+            side = as_int(find(config, "max_img_size"), 0)
+            if side:
+                # Frames at the size the model pads them to (TVP's visual prompt).
+                video = make.floats(1, make.frames, make.channels, side, side)
+                yield {"input_ids": ids, "pixel_values": video}
+
+        if "input_features" in parameters:
+            for features in make.more_features():
+                yield {"input_ids": ids, "input_features": features}
+        if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
+            # Decoder ids as long as the input ids: a head pooling the decoder's states at
+            # the input's end-of-sequence tokens (T5's classifier).
+            yield {"input_ids": ids, "decoder_input_ids": ids}
+        if "inputs_embeds" in parameters:
+            # A model that embeds no ids of its own (a talker, a text-to-unit encoder).
+            yield {"inputs_embeds": make.floats(1, SEQUENCE, make.hidden)}
+    elif name == "pixel_values":
+        queried = make.ids_with_queries()
+        if queried is not None and "input_ids" in parameters:
+            yield {name: make.pixels(), "input_ids": queried}
+            yield {name: make.video(), "input_ids": queried}
+        yield from _more_patches(parameters, make)
+        if "prompt_pixel_values" in parameters:
+            # A prompt stacked above the image fills the config's size (SegGPT's).
+            height, width = make.image
+            yield {name: make.floats(1, make.channels, height // 2, width)}
+        yield {name: make.video(), "input_ids": make.ids()}
+        # A video tower that folds the frames into the batch (X-CLIP's).
+        yield {name: make.video().flatten(0, 1)}
+        if "aspect_ratio_ids" in parameters:
+            tiles = as_int(find(config, "max_num_tiles"), 4)
+            yield {name: make.pixels().expand(1, 1, tiles, -1, -1, -1).contiguous()}
+    elif name in ("input_features", "spectrogram", "audio_mel", "input_values", "mel_spectrogram"):
+        per_token = as_int(find(config, "samples_per_token"), 0)
+        if per_token:
+            # Audio a whole number of tokens long (an encoder embedding fixed spans).
+            yield {name: make.floats(1, 4 * per_token)}
+        for features in make.more_features():
+            yield {name: features}
+        # An encoder whose pre-net is left to the caller (SpeechT5's): hidden states.
+        yield {name: make.floats(1, SEQUENCE, make.hidden)}
+    elif name.endswith("_ids"):
+        # Ids over audio codebooks: (batch, sequence, codebooks).
+        codebooks = as_int(find(config, "num_codebooks"), 0)
+        if codebooks:
+            yield {name: make.ids(SEQUENCE * codebooks).view(1, SEQUENCE, codebooks)}
+    elif name not in ("pixel_values_videos", "past_values", "audio_values", "waveform"):
+        yield {name: make.floats(1, make.hidden, SEQUENCE)}
+        width = as_int(find(config, "input_size"), 0)
+        if width:
+            # Features at the width the config names as its input's (Phi-4's audio).
+            yield {name: make.floats(1, SEQUENCE, width)}
+        yield {name: make.pixels()}
+        yield {name: make.floats(1, 1, SAMPLES // 10)}
+        yield {name: make.floats(1, 1, SAMPLES)}
+        yield {name: make.floats(1, SAMPLES // 10)}
+
+
+def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
+    """Patches of `Maker.grid_side`'s square grid in the layouts `_patch_inputs` does not
+    try: each patch spanning two frames (a temporal patch the config leaves implicit),
+    each patch an image of its own (channels, side, side), all of them one image's
+    sequence (batch, patches, ...), or flattened without a grid (as many as the grid, or
+    as an image of the config's size holds)."""
+    pixels = "pixel_values" if "pixel_values" in parameters else next(iter(parameters))
+    grid = next((n for n in parameters if n.endswith("grid_thw")), None)
+    side = make.grid_side()
+    count = side * side
+    channels = as_int(find(make.config, "in_channels") or find(make.config, "num_channels"), 3)
+    patch = as_int(find(make.config, "patch_size"), 14)
+    if grid is not None:
+        thw = make.torch.tensor([[1, side, side]])
+        images = make.floats(count, channels, patch, patch)
+        for layout in (
+            make.floats(count, 2 * make.patch_width(temporal=False)),
+            images,
+            images.unsqueeze(0),
+        ):
+            yield {pixels: layout, grid: thw}
+    width = make.patch_width(temporal=False)
+    yield {pixels: make.floats(1, count, width)}
+    # The patches of one image at the config's size.
+    height, across = (side // patch for side in make.image)
+    if height * across != count:
+        yield {pixels: make.floats(1, height * across, width)}
+
+
+def _main_name(model: Any, parameters: Any) -> str:
+    """The name of ``model``'s main input: its ``main_input_name``, or where ``forward``
+    does not take that (a class inheriting the name from a base whose forward it does not
+    share), forward's first argument."""
+    name = getattr(model, "main_input_name", "input_ids")
+    if isinstance(name, (list, tuple)):
+        name = name[0]
+    if name not in parameters:
+        name = next((n for n, p in parameters.items() if p.kind in _NAMED), name)
+    return str(name)
+
+
+def _patch_inputs(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
+    """A vision tower fed flattened patches of a square grid (`Maker.grid_side`): with
     the grid (Qwen-VL's ``grid_thw``), with its shape and a patch mask (SigLIP 2's
     ``spatial_shapes``), or with each patch's position (``pixel_position_ids``)."""
     torch = make.torch
@@ -246,41 +225,60 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
     Each main input is completed with every argument ``forward`` requires, and decoder ids
     for an encoder-decoder; then tried again with an attention mask where ``forward``
     takes one, and with a noise input where it takes one (it would otherwise draw random
-    numbers, which neither the runtime nor a diff can take).
+    numbers, which neither the runtime nor a diff can take). After those, the rarer main
+    inputs' layouts (`_more_main`), and every candidate again with its companions
+    (`_transformers_companions`): last, so a class that runs on a plainer candidate keeps
+    it.
     """
     parameters = inspect.signature(model.forward).parameters
+    make = Maker(model.config)
+    seen: list[dict[str, Any]] = []
+    later: list[dict[str, Any]] = []
+    for main in (*_main(model, make), *_more_main(model, make)):
+        for candidate in _completed(model, main, parameters, make):
+            if not any(_same(candidate, s) for s in seen):
+                seen.append(candidate)
+                yield candidate
+            # The companion's guess for an argument a name alone guessed before.
+            own = {k: v for k, v in candidate.items() if k in main or k not in COMPANIONS}
+            later.append(with_companions(own, parameters, make))
+    for candidate in later:
+        if not any(_same(candidate, s) for s in seen):
+            seen.append(candidate)
+            yield candidate
+
+
+def _completed(
+    model: Any, main: dict[str, Any], parameters: Any, make: Maker
+) -> Iterator[dict[str, Any]]:
+    """``main`` completed with what ``forward`` requires (`candidate_inputs`)."""
     required = [
         name
         for name, p in parameters.items()
-        if p.default is inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        if p.default is inspect.Parameter.empty and p.kind in _NAMED
     ]
-    make = _Maker(model.config)
-    seen: list[dict[str, Any]] = []
-    for main in _main(model, make):
-        inputs = {k: v for k, v in main.items() if k in parameters or _takes_kwargs(parameters)}
-        if not inputs:
-            continue
-        sequence = _sequence(inputs)
-        for name in required:
-            inputs.setdefault(name, make.by_name(name, sequence))
-        if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
-            inputs.setdefault("decoder_input_ids", make.ids(4))
-        if "noise_sequence" in parameters:
-            channels = _int(find(model.config, "model_in_channels"), 64)
-            (first,) = main.values()
-            inputs["noise_sequence"] = make.floats(1, first.shape[1], channels)
-        if "bbox" in parameters and "input_ids" in inputs:
-            inputs.setdefault("bbox", make.by_name("bbox", sequence))
-        # Without decoder ids too, where forward does not require them: a model that
-        # shifts its input ids into decoder ids needs theirs to be as long.
-        alone = None
-        if "decoder_input_ids" in inputs and "decoder_input_ids" not in required:
-            alone = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}
-        for candidate in (inputs, _with_mask(inputs, parameters), alone):
-            if candidate is not None and not any(_same(candidate, s) for s in seen):
-                seen.append(candidate)
-                yield candidate
+    inputs = {k: v for k, v in main.items() if k in parameters or _takes_kwargs(parameters)}
+    if not inputs:
+        return
+    sequence = _sequence(inputs)
+    for name in required:
+        inputs.setdefault(name, make.by_name(name, sequence))
+    if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
+        inputs.setdefault("decoder_input_ids", make.ids(4))
+    if "noise_sequence" in parameters:
+        channels = as_int(find(model.config, "model_in_channels"), 64)
+        first = next(iter(main.values()))
+        inputs["noise_sequence"] = make.floats(1, first.shape[1], channels)
+    if "bbox" in parameters and "input_ids" in inputs:
+        inputs.setdefault("bbox", make.by_name("bbox", sequence))
+    # Without decoder ids too, where forward does not require them: a model that
+    # shifts its input ids into decoder ids needs theirs to be as long.
+    alone = None
+    if "decoder_input_ids" in inputs and "decoder_input_ids" not in required:
+        alone = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}
+    for candidate in (inputs, _with_mask(inputs, parameters), alone):
+        if candidate is not None:
+            yield candidate
 
 
 def _takes_kwargs(parameters: Any) -> bool:

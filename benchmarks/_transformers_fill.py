@@ -1,0 +1,290 @@
+"""Fields of a transformers config the sweep sets because its model needs them and the
+config class's defaults leave them unset: a config is otherwise not buildable.
+
+Three kinds. Fields a config leaves None (`complete`): a documented or model-code value
+(`REQUIRED`), a per-layer list from the layer types its model's code tests for, a
+per-layer-type RoPE table with an entry for each layer type. Flags a model class needs
+set in the config it is built from (`default_config`, `_CLASS_FIELDS`). Fields a model
+reads that its config class does not declare (`construct`): a checkpoint's config carries
+them, or the composite config sets them on its sub-config; the sweep takes the same field
+of a config beside it, else the field of that config it names a kind of.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import functools
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+# Fields some configs leave None by default, which their models need set: the value each
+# gets (documented examples where the config documents one: Granite 4 Vision's
+# ``downsample_rate`` and ``deepstack_layer_map``; an empty vocabulary map for Chameleon
+# and Emu3, whose image-token lookups then find none, which text input does not need).
+REQUIRED: dict[str, Any] = {
+    "vocab_size": 256,
+    "mask_token_id": 1,
+    "pad_token_id": 0,
+    "prediction_length": 4,
+    "context_length": 8,
+    "decoder_hidden_size": 32,
+    "decoder_depth": 1,
+    "decoder_num_heads": 2,
+    "n_routed_experts": 2,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 1,
+    "num_experts": 2,
+    "top_k_experts": 1,
+    "moe_intermediate_size": 64,
+    "vocabulary_map": {},
+    "downsample_rate": "1/2",
+    "deepstack_layer_map": [[0, 0]],
+    # A dense-prediction head's blocks (Sapiens 2): one upsampling, one refining block.
+    "upsample_out_channels": [32],
+    "conv_out_channels": [32],
+    # DBRX clamps its queries, keys and values with it unconditionally: its checkpoints'.
+    "clip_qkv": 8.0,
+}
+# Flags a model class checks its config for, which the config class's defaults leave
+# off: what the class's own checkpoints set. Keyed by class name as a last resort: the
+# class is what needs them, and no config field says so.
+_CLASS_FIELDS: dict[str, dict[str, Any]] = {
+    "EsmForProteinFolding": {"is_folding_model": True},
+    "ReformerModelWithLMHead": {"is_decoder": True},
+    "T5GemmaEncoderModel": {"is_encoder_decoder": False},
+    # One image pair (NLVR2), as its checkpoint has it.
+    "ViltForImagesAndTextClassification": {"num_images": 2},
+    # The preprocessors' channels (261, 405) are the cross-attention's query-key width: one
+    # cross-attention head, as the checkpoints have it.
+    "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
+    "PerceiverForMultimodalAutoencoding": {"num_cross_attention_heads": 1},
+    # Its decode head takes four backbone features: four layers, each one's output.
+    "BeitForSemanticSegmentation": {"out_indices": [1, 2, 3, 4], "num_hidden_layers": 4},
+}
+# Suffixes of per-layer lists: a type (attention, MLP, block) for each layer.
+PER_LAYER = ("layer_types", "layers_block_type", "block_types")
+# What a missing attribute error names: the config class and the field.
+_MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+# Missing fields a config's own field gives, as its model assumes: key-value heads, one
+# per query head (multi-head attention).
+_OWN = {"num_key_value_heads": "num_attention_heads"}
+# How many missing fields `construct` fills before it gives up.
+_MAX_FILLS = 8
+
+
+def default_config(model_class: type) -> Any:
+    """``model_class``'s config class's default instance, with the flags the class needs
+    (`_CLASS_FIELDS`)."""
+    return model_class.config_class(**_CLASS_FIELDS.get(model_class.__name__, {}))
+
+
+def keep_class_fields(model_class: type, config: Any) -> Any:
+    """``config`` (shrunk) with the fields ``model_class`` needs (`_CLASS_FIELDS`) set
+    again: a layer count the class needs is kept over the shrunk one."""
+    for name, value in _CLASS_FIELDS.get(model_class.__name__, {}).items():
+        with contextlib.suppress(Exception):
+            setattr(config, name, copy.deepcopy(value))
+    return config
+
+
+def complete(config: Any) -> None:
+    """Set the fields `REQUIRED` names that ``config`` leaves None, a None
+    ``num_key_value_heads`` to the attention heads and a None ``head_dim`` to the hidden
+    size over the heads (as the models that read them assume), None per-layer lists
+    (`_layer_list`) and an empty per-layer-type RoPE table (`_rope_per_type`)."""
+    fields = vars(config)
+    for name, value in REQUIRED.items():
+        if name in fields and fields[name] is None:
+            with contextlib.suppress(Exception):
+                setattr(config, name, copy.deepcopy(value))
+    hidden, heads = fields.get("hidden_size"), fields.get("num_attention_heads")
+    if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None and heads:
+        # None is multi-head attention: a key-value head per query head.
+        with contextlib.suppress(Exception):
+            config.num_key_value_heads = heads
+    if "head_dim" in fields and fields["head_dim"] is None and hidden and heads:
+        with contextlib.suppress(Exception):
+            config.head_dim = hidden // heads
+    layers = fields.get("num_hidden_layers")
+    for name, value in list(fields.items()):
+        if value is None and name.endswith(PER_LAYER) and isinstance(layers, int):
+            kinds = _layer_list(type(config).__module__, name)
+            if kinds:
+                with contextlib.suppress(Exception):
+                    setattr(config, name, (kinds * layers)[:layers] if layers > 1 else kinds[:1])
+    _rope_per_type(config)
+
+
+def _rope_per_type(config: Any) -> None:
+    """An empty RoPE table of a config with layer types (a model that reads one entry
+    per layer type, absent entries meaning no RoPE only where set to None): default RoPE
+    for each type, as the config's checkpoints give."""
+    rope, kinds = config_field(config, "rope_parameters"), config_field(config, "layer_types")
+    if rope == {} and isinstance(kinds, list) and kinds:
+        theta = config_field(config, "rope_theta") or 10_000.0
+        with contextlib.suppress(Exception):
+            config.rope_parameters = {
+                kind: {"rope_type": "default", "rope_theta": theta} for kind in dict.fromkeys(kinds)
+            }
+
+
+@functools.cache
+def _layer_list(config_module: str, name: str) -> list[str]:
+    """The layer types the modeling file beside ``config_module`` tests per-layer list
+    ``name`` for (``config.mlp_layer_types[i] == "sparse"``): one layer of another type
+    (``dense`` for an MLP list, ``full_attention`` for attention), then each type tested."""
+    source = _modeling_source(config_module)
+    pattern = rf"config\.{name}\[\w+\]\s*[!=]=\s*[\"'](\w+)[\"']"
+    tested = list(dict.fromkeys(re.findall(pattern, source)))
+    if not tested:
+        return []
+    other = "dense" if "mlp" in name else "full_attention"
+    return ([other] if other not in tested else []) + tested
+
+
+def _modeling_source(config_module: str) -> str:
+    origin = getattr(sys.modules.get(config_module), "__file__", None)
+    if origin is None:
+        return ""
+    path = Path(origin)
+    modeling = path.with_name(path.name.replace("configuration_", "modeling_", 1))
+    return modeling.read_text() if modeling.exists() else ""
+
+
+def construct(model_class: type, config: Any, shrink: Callable[[Any], Any]) -> Any:
+    """``model_class(config)``, the fields its model reads that a config in ``config``'s
+    tree does not declare filled in turn (`_fill`), and, where it stops on a None, the
+    sub-configs ``config`` leaves None made from their declared classes' defaults, passed
+    through ``shrink`` (a head's config, which a backbone alone does not need). Raises
+    what the class raises where neither helps."""
+    for _ in range(_MAX_FILLS):
+        try:
+            return model_class(config)
+        except (AttributeError, TypeError) as error:
+            found = _MISSING.search(str(error))
+            if found and found.group(1) != "NoneType":
+                if not _fill(config, *found.groups()):
+                    raise
+            elif "NoneType" not in str(error) or not _fill_sub_configs(config, shrink):
+                raise
+    return model_class(config)
+
+
+def _fill_sub_configs(config: Any, shrink: Callable[[Any], Any]) -> bool:
+    """Set each sub-config ``config``'s tree leaves None to its declared class's default,
+    through ``shrink``. Returns whether any was set."""
+    done = False
+    for inner in list(_tree(config)):
+        declared = getattr(inner, "sub_configs_defaults", None) or {}
+        for name, spec in declared.items():
+            if getattr(inner, name, "absent") is not None:
+                continue
+            spec = getattr(spec, "config_class", spec)
+            if isinstance(spec, type) and spec.__name__ != "AutoConfig":
+                with contextlib.suppress(Exception):
+                    setattr(inner, name, shrink(spec()))
+                    done = True
+    return done
+
+
+def _fill(root: Any, class_name: str, name: str) -> bool:
+    """Set field ``name`` on each config of class ``class_name`` in ``root``'s tree:
+    the same field of another config of the tree, else of a config class of its module
+    (the composite config that sets it on its sub-configs), else the config's own field
+    ``name`` ends with (``shared_expert_intermediate_size``: ``intermediate_size``; RoPE's
+    ``rope_theta``: its RoPE table's). Returns whether any was set."""
+    targets = [c for c in _tree(root) if type(c).__name__ == class_name]
+    if not targets:
+        return False
+    own = config_field(targets[0], _OWN.get(name, ""))
+    value = own if own is not None else _beside(root, targets, name)
+    done = False
+    for target in targets:
+        found = value if value is not None else _own_kind(target, name)
+        if found is not None:
+            try:
+                setattr(target, name, copy.deepcopy(found))
+            except Exception:
+                object.__setattr__(target, name, copy.deepcopy(found))
+            done = True
+    return done
+
+
+def _beside(root: Any, targets: list[Any], name: str) -> Any:
+    for other in _tree(root):
+        if other not in targets:
+            rope = config_field(other, "rope_parameters")
+            value = config_field(other, name)
+            if value is None and isinstance(rope, dict):
+                value = rope.get(name)
+            if value is not None:
+                return value
+    module = sys.modules.get(type(targets[0]).__module__)
+    for candidate in vars(module).values() if module else ():
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
+            for field in dataclasses.fields(candidate):
+                if field.name == name and field.default not in (None, dataclasses.MISSING):
+                    return field.default
+    return _common_defaults().get(name)
+
+
+@functools.cache
+def _common_defaults() -> dict[str, Any]:
+    """Each field name of transformers' config classes: the default most of them that
+    declare it give it (a checkpoint's config carries a field its class may not declare,
+    with the value its kin declare: a contrastive model's ``logit_scale_init_value``)."""
+    from collections import Counter
+
+    from transformers import CONFIG_MAPPING
+
+    counts: dict[str, Counter[str]] = {}
+    values: dict[str, Any] = {}
+    for model_type in list(CONFIG_MAPPING.keys()):
+        try:
+            config_class = CONFIG_MAPPING[model_type]
+        except Exception:
+            continue
+        if not dataclasses.is_dataclass(config_class):
+            continue
+        for field in dataclasses.fields(config_class):
+            default = field.default
+            if isinstance(default, (int, float, str)) and not isinstance(default, bool):
+                key = repr(default)
+                counts.setdefault(field.name, Counter())[key] += 1
+                values[f"{field.name}={key}"] = default
+    return {
+        name: values[f"{name}={counter.most_common(1)[0][0]}"] for name, counter in counts.items()
+    }
+
+
+def _own_kind(config: Any, name: str) -> Any:
+    rope = config_field(config, "rope_parameters")
+    if isinstance(rope, dict) and name in rope:
+        return rope[name]
+    parts = name.split("_")
+    for start in range(1, len(parts)):
+        value = config_field(config, "_".join(parts[start:]))
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _tree(config: Any) -> Iterator[Any]:
+    """``config`` and its sub-configs, depth first."""
+    yield config
+    for value in list(vars(config).values()):
+        if hasattr(value, "to_dict") and hasattr(value, "model_type"):
+            yield from _tree(value)
+
+
+def config_field(config: Any, name: str) -> Optional[Any]:
+    """``config``'s field ``name``, or None (a config with per-layer fields raises for
+    one that varies across its layers)."""
+    try:
+        return getattr(config, name, None)
+    except Exception:
+        return None

@@ -1,0 +1,163 @@
+"""Sizes of a transformers config that must agree with one another, made to agree after
+the sweep shrinks it (`_transformers_configs.at_level`): per-layer lists and the layer
+count, RoPE sections and the rotary half-width, multi-head latent attention's head sizes,
+grouped experts and the experts, sizes that split the hidden size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from _transformers_fill import config_field, PER_LAYER
+
+# Layer types whose layers share one block's weights (Zamba's hybrid layers: its model
+# ties every one to the first, which needs a second).
+_SHARED_TYPES = frozenset({"hybrid"})
+# The fallback ``mrope_section`` in a modeling file's code.
+_MROPE_DEFAULT = re.compile(r"""get\(["']mrope_section["'],\s*\[([\d,\s]+)\]\)""")
+
+
+def fit_per_layer(fields: dict[str, Any]) -> dict[str, Any]:
+    """The per-layer lists among ``fields`` (`PER_LAYER`: attention, MLP or block types)
+    longer than the capped layer count, fitted to it: each type kept once (a model that
+    checks which layer types produce and use a cache needs every type), a type whose
+    layers share one block's weights twice (`_SHARED_TYPES`: the tie needs a layer to tie
+    to), the layer count raised to the most types one list has where it is smaller.
+    Returns what changes."""
+    layers = fields.get("num_hidden_layers")
+    lists = {
+        name: value
+        for name, value in fields.items()
+        if name.endswith(PER_LAYER) and isinstance(value, list)
+    }
+    if not isinstance(layers, int) or not any(len(v) > layers for v in lists.values()):
+        return {}
+    kinds = {
+        name: [
+            k
+            for kind in dict.fromkeys(value)
+            for k in [kind] * (2 if kind in _SHARED_TYPES and value.count(kind) > 1 else 1)
+        ]
+        for name, value in lists.items()
+    }
+    count = max([layers] + [len(k) for k in kinds.values()])
+    changes: dict[str, Any] = {
+        name: kind + kind[-1:] * (count - len(kind)) for name, kind in kinds.items()
+    }
+    changes["num_hidden_layers"] = count
+    return changes
+
+
+def _split(total: int, parts: list[int]) -> list[int]:
+    """``total`` split in ``len(parts)`` positive parts in the proportions of ``parts``,
+    equal parts kept equal where the remainder allows (a model that stacks the height and
+    width sections needs them equal): the remainder goes to the groups of equal parts with
+    the largest fractions first, a group only whole, the rest to the first part."""
+    shares = [max(1, total * p // sum(parts)) for p in parts]
+    groups = sorted(
+        {p: [i for i, q in enumerate(parts) if q == p] for p in parts}.values(),
+        key=lambda g: (-(total * parts[g[0]] % sum(parts)), g[0]),
+    )
+    for group in groups:
+        if len(group) <= total - sum(shares):
+            for i in group:
+                shares[i] += 1
+    shares[0] += total - sum(shares)
+    return shares
+
+
+def fit_rope_sections(config: Any) -> None:
+    """Multimodal RoPE's ``mrope_section`` (temporal, height, width frequencies) sized to
+    the shrunk rotary half-dimension it must sum to, in its proportions: the config's
+    own, else the one the model's code falls back on (`_mrope_default`)."""
+    rope = config_field(config, "rope_parameters")
+    if not isinstance(rope, dict):
+        return
+    sections = rope.get("mrope_section") or _mrope_default(type(config).__module__)
+    hidden, heads = config_field(config, "hidden_size"), config_field(config, "num_attention_heads")
+    head = config_field(config, "head_dim") or (hidden // heads if hidden and heads else None)
+    if not sections or not isinstance(head, int):
+        return
+    partial = rope.get("partial_rotary_factor") or config_field(config, "partial_rotary_factor")
+    half = int(head * (partial or 1.0)) // 2
+    if half >= len(sections) and sum(sections) != half:
+        rope["mrope_section"] = _split(half, list(sections))
+
+
+def fit_latent_attention(config: Any) -> None:
+    """Multi-head latent attention's sizes made to agree after shrinking: its keys and
+    values come from the latent for every query head (as many key-value heads as query
+    heads), its query-key head is the unrotated part and the rotated part together."""
+    if not isinstance(config_field(config, "kv_lora_rank"), int):
+        return
+    heads = config_field(config, "num_attention_heads")
+    nope, rope = config_field(config, "qk_nope_head_dim"), config_field(config, "qk_rope_head_dim")
+    with contextlib.suppress(Exception):
+        if isinstance(heads, int) and isinstance(config_field(config, "num_key_value_heads"), int):
+            config.num_key_value_heads = heads
+        if isinstance(nope, int) and isinstance(rope, int) and "qk_head_dim" in vars(config):
+            config.qk_head_dim = nope + rope
+
+
+def fit_parts(before: dict[str, Any], config: Any) -> None:
+    """Lists of sizes that split the hidden size (Reformer's axial position embeddings'
+    widths, which it checks sum to it) split the shrunk hidden size, in proportion."""
+    width, now = before.get("hidden_size"), config_field(config, "hidden_size")
+    if not isinstance(width, int) or not isinstance(now, int) or width == now:
+        return
+    for name, value in before.items():
+        if (
+            "dim" in name
+            and isinstance(value, (list, tuple))
+            and len(value) > 1
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and sum(value) == width
+            and len(value) <= now
+        ):
+            with contextlib.suppress(Exception):
+                setattr(config, name, type(value)(_split(now, list(value))))
+
+
+def fit_expert_groups(config: Any) -> None:
+    """Grouped expert routing's groups made to divide the shrunk experts, each group
+    holding at least two (a router scores a group by its two best experts), the groups
+    kept for each token no more than the groups."""
+    groups = config_field(config, "n_group")
+    experts = next(
+        (
+            config_field(config, n)
+            for n in ("n_routed_experts", "num_experts", "num_local_experts")
+            if isinstance(config_field(config, n), int)
+        ),
+        None,
+    )
+    if not isinstance(groups, int) or not isinstance(experts, int) or groups < 1:
+        return
+    if experts % groups == 0 and experts // groups >= min(2, experts):
+        return
+    fitted = max(
+        g for g in range(1, groups + 1) if experts % g == 0 and experts // g >= min(2, experts)
+    )
+    with contextlib.suppress(Exception):
+        config.n_group = fitted
+        kept = config_field(config, "topk_group")
+        if isinstance(kept, int) and kept > fitted:
+            config.topk_group = fitted
+
+
+@functools.cache
+def _mrope_default(config_module: str) -> Optional[tuple[int, ...]]:
+    """The ``mrope_section`` the modeling file beside configuration module
+    ``config_module`` falls back on, if its code reads one."""
+    origin = getattr(sys.modules.get(config_module), "__file__", None)
+    if origin is None:
+        return None
+    path = Path(origin)
+    modeling = path.with_name(path.name.replace("configuration_", "modeling_", 1))
+    found = _MROPE_DEFAULT.search(modeling.read_text()) if modeling.exists() else None
+    return tuple(int(n) for n in found.group(1).split(",")) if found else None

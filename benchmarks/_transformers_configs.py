@@ -19,6 +19,7 @@ from _transformers_fill import complete, PER_LAYER, REQUIRED
 from _transformers_fit import (
     fit_expert_groups,
     fit_latent_attention,
+    fit_layer_roles,
     fit_parts,
     fit_per_layer,
     fit_rope_sections,
@@ -225,6 +226,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_rope_sections(config)
     fit_latent_attention(config)
     fit_expert_groups(config)
+    fit_layer_roles(config)
     fit_parts(before, config)
     vocab = getattr(config, "vocab_size", None)
     tokens = [n for n in vars(config) if n.endswith("pad_token_id")]

@@ -12,6 +12,7 @@ of a config beside it, else the field of that config it names a kind of.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import dataclasses
@@ -46,6 +47,9 @@ REQUIRED: dict[str, Any] = {
     # A dense-prediction head's blocks (Sapiens 2): one upsampling, one refining block.
     "upsample_out_channels": [32],
     "conv_out_channels": [32],
+    # A feature pyramid's four stages (strides 4 to 32) upsampled to the first's size
+    # (PP-OCR's detection necks).
+    "scale_factor_list": [1, 2, 4, 8],
     # DBRX clamps its queries, keys and values with it unconditionally: its checkpoints'.
     "clip_qkv": 8.0,
 }
@@ -67,6 +71,11 @@ _CLASS_FIELDS: dict[str, dict[str, Any]] = {
 }
 # Suffixes of per-layer lists: a type (attention, MLP, block) for each layer.
 PER_LAYER = ("layer_types", "layers_block_type", "block_types")
+# A field's documented default in a config class's docstring.
+_DOCUMENTED = re.compile(r"^\s*(\w+) \(.*defaults to `([^`]+)`", re.MULTILINE)
+# Fields whose None turns a feature off, whatever default the docstring gives (sliding
+# attention where the config does not use it).
+_OFF_WHEN_NONE = frozenset({"sliding_window"})
 # What a missing attribute error names: the config class and the field.
 _MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 # Missing fields a config's own field gives, as its model assumes: key-value heads, one
@@ -92,11 +101,16 @@ def keep_class_fields(model_class: type, config: Any) -> Any:
 
 
 def complete(config: Any) -> None:
-    """Set the fields `REQUIRED` names that ``config`` leaves None, a None
+    """Set the fields ``config`` leaves None that its docstring gives a default
+    (`_documented`), those `REQUIRED` names, a None
     ``num_key_value_heads`` to the attention heads and a None ``head_dim`` to the hidden
     size over the heads (as the models that read them assume), None per-layer lists
     (`_layer_list`) and an empty per-layer-type RoPE table (`_rope_per_type`)."""
     fields = vars(config)
+    for name, value in _documented(type(config)).items():
+        if fields.get(name, "absent") is None and name not in _OFF_WHEN_NONE:
+            with contextlib.suppress(Exception):
+                setattr(config, name, copy.deepcopy(value))
     for name, value in REQUIRED.items():
         if name in fields and fields[name] is None:
             with contextlib.suppress(Exception):
@@ -116,7 +130,37 @@ def complete(config: Any) -> None:
             if kinds:
                 with contextlib.suppress(Exception):
                     setattr(config, name, (kinds * layers)[:layers] if layers > 1 else kinds[:1])
+    for name, value in list(fields.items()):
+        keys = _conv_arguments(type(config).__module__, name) if value is None else ()
+        if keys:
+            with contextlib.suppress(Exception):
+                setattr(config, name, {key: [1, 1, 0] for key in keys})
     _rope_per_type(config)
+
+
+@functools.cache
+def _documented(config_class: type) -> dict[str, Any]:
+    """The defaults ``config_class``'s docstring gives its fields (``name (`list[int]`,
+    *optional*, defaults to `[3, 2, 2]`)``), those that are Python literals."""
+    found = {}
+    for name, text in _DOCUMENTED.findall(config_class.__doc__ or ""):
+        with contextlib.suppress(ValueError, SyntaxError):
+            found[name] = ast.literal_eval(text)
+    return found
+
+
+@functools.cache
+def _conv_arguments(config_module: str, name: str) -> tuple[str, ...]:
+    """The keys of config mapping ``name`` whose values the modeling file beside
+    ``config_module`` spreads into a convolution's arguments (``*name["key"]``: kernel,
+    stride, padding) or indexes for them (``kernel_size=name["key"][0]``): each is given
+    a 1x1 convolution's (1, 1, 0), which keeps the feature map's shape as the summed
+    branches need."""
+    source = _modeling_source(config_module)
+    if not re.search(rf"\*{name}\[", source):
+        return ()
+    found = re.findall(rf"{name}\[[\"'](\w+)[\"']\]", source)
+    return tuple(dict.fromkeys(found))
 
 
 def _rope_per_type(config: Any) -> None:

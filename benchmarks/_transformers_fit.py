@@ -123,6 +123,15 @@ def fit_parts(before: dict[str, Any], config: Any) -> None:
                 setattr(config, name, type(value)(_split(now, list(value))))
 
 
+def fit_layer_roles(config: Any) -> None:
+    """Counts of the last layers given a role (EoMT's ``num_blocks``, the layers that
+    also process its queries) no more than the shrunk layers."""
+    layers, role = config_field(config, "num_hidden_layers"), config_field(config, "num_blocks")
+    if isinstance(layers, int) and isinstance(role, int) and role > layers:
+        with contextlib.suppress(Exception):
+            config.num_blocks = layers
+
+
 def fit_expert_groups(config: Any) -> None:
     """Grouped expert routing's groups made to divide the shrunk experts, each group
     holding at least two (a router scores a group by its two best experts), the groups

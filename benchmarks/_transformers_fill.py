@@ -73,6 +73,8 @@ _CLASS_FIELDS: dict[str, dict[str, Any]] = {
 PER_LAYER = ("layer_types", "layers_block_type", "block_types")
 # A field's documented default in a config class's docstring.
 _DOCUMENTED = re.compile(r"^\s*(\w+) \(.*defaults to `([^`]+)`", re.MULTILINE)
+# A modeling file's mask table that makes the sliding-window mask whatever the layers.
+_SLIDING_MASK_ALWAYS = '"sliding_attention": create_sliding_window_causal_mask('
 # Fields whose None turns a feature off, whatever default the docstring gives (sliding
 # attention where the config does not use it).
 _OFF_WHEN_NONE = frozenset({"sliding_window"})
@@ -136,6 +138,15 @@ def complete(config: Any) -> None:
             with contextlib.suppress(Exception):
                 setattr(config, name, {key: [1, 1, 0] for key in keys})
     _rope_per_type(config)
+    kinds = fields.get("layer_types") or ()
+    source = _modeling_source(type(config).__module__)
+    if fields.get("sliding_window", 0) is None and (
+        "sliding_attention" in kinds or _SLIDING_MASK_ALWAYS in source
+    ):
+        # Sliding layers, or a model that makes their mask whatever its layers, need a
+        # window: the one most configs declare.
+        with contextlib.suppress(Exception):
+            config.sliding_window = _common_defaults().get("sliding_window")
 
 
 @functools.cache

@@ -21,6 +21,11 @@ _SHARED_TYPES = frozenset({"hybrid"})
 # The fallback ``mrope_section`` in a modeling file's code.
 _MROPE_DEFAULT = re.compile(r"""get\(["']mrope_section["'],\s*\[([\d,\s]+)\]\)""")
 
+# A modeling file's read of ``mrope_section`` with no fallback, and the sections then
+# given: four equal axes (HunYuan VL's documented position, width, height, image index).
+_MROPE_REQUIRED = 'rope_parameters.get("mrope_section")'
+_MROPE_AXES = (1, 1, 1, 1)
+
 
 def fit_per_layer(fields: dict[str, Any]) -> dict[str, Any]:
     """The per-layer lists among ``fields`` (`PER_LAYER`: attention, MLP or block types)
@@ -162,11 +167,15 @@ def fit_expert_groups(config: Any) -> None:
 @functools.cache
 def _mrope_default(config_module: str) -> Optional[tuple[int, ...]]:
     """The ``mrope_section`` the modeling file beside configuration module
-    ``config_module`` falls back on, if its code reads one."""
+    ``config_module`` falls back on, if its code reads one; equal axes where its code
+    reads one with no fallback (`_MROPE_AXES`)."""
     origin = getattr(sys.modules.get(config_module), "__file__", None)
     if origin is None:
         return None
     path = Path(origin)
     modeling = path.with_name(path.name.replace("configuration_", "modeling_", 1))
-    found = _MROPE_DEFAULT.search(modeling.read_text()) if modeling.exists() else None
-    return tuple(int(n) for n in found.group(1).split(",")) if found else None
+    source = modeling.read_text() if modeling.exists() else ""
+    found = _MROPE_DEFAULT.search(source)
+    if found:
+        return tuple(int(n) for n in found.group(1).split(","))
+    return _MROPE_AXES if _MROPE_REQUIRED in source else None

@@ -66,6 +66,9 @@ _CLASS_FIELDS: dict[str, dict[str, Any]] = {
     # cross-attention head, as the checkpoints have it.
     "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
     "PerceiverForMultimodalAutoencoding": {"num_cross_attention_heads": 1},
+    # Their text path runs the Q-Former on text, as their checkpoint (ITM) has it.
+    "Blip2TextModelWithProjection": {"qformer_config.use_qformer_text_input": True},
+    "Blip2ForImageTextRetrieval": {"qformer_config.use_qformer_text_input": True},
     # Its decode head takes four backbone features: four layers, each one's output.
     "BeitForSemanticSegmentation": {"out_indices": [1, 2, 3, 4], "num_hidden_layers": 4},
 }
@@ -89,16 +92,23 @@ _MAX_FILLS = 8
 
 def default_config(model_class: type) -> Any:
     """``model_class``'s config class's default instance, with the flags the class needs
-    (`_CLASS_FIELDS`)."""
-    return model_class.config_class(**_CLASS_FIELDS.get(model_class.__name__, {}))
+    (`_CLASS_FIELDS`; a dotted name is a sub-config's field)."""
+    fields = _CLASS_FIELDS.get(model_class.__name__, {})
+    config = model_class.config_class(**{n: v for n, v in fields.items() if "." not in n})
+    return keep_class_fields(model_class, config)
 
 
 def keep_class_fields(model_class: type, config: Any) -> Any:
     """``config`` (shrunk) with the fields ``model_class`` needs (`_CLASS_FIELDS`) set
     again: a layer count the class needs is kept over the shrunk one."""
-    for name, value in _CLASS_FIELDS.get(model_class.__name__, {}).items():
-        with contextlib.suppress(Exception):
-            setattr(config, name, copy.deepcopy(value))
+    for path, value in _CLASS_FIELDS.get(model_class.__name__, {}).items():
+        *parents, name = path.split(".")
+        target = config
+        for parent in parents:
+            target = getattr(target, parent, None)
+        if target is not None:
+            with contextlib.suppress(Exception):
+                setattr(target, name, copy.deepcopy(value))
     return config
 
 
@@ -139,7 +149,7 @@ def complete(config: Any) -> None:
                 setattr(config, name, {key: [1, 1, 0] for key in keys})
     _rope_per_type(config)
     kinds = fields.get("layer_types") or ()
-    source = _modeling_source(type(config).__module__)
+    source = modeling_source(type(config).__module__)
     if fields.get("sliding_window", 0) is None and (
         "sliding_attention" in kinds or _SLIDING_MASK_ALWAYS in source
     ):
@@ -167,7 +177,7 @@ def _conv_arguments(config_module: str, name: str) -> tuple[str, ...]:
     stride, padding) or indexes for them (``kernel_size=name["key"][0]``): each is given
     a 1x1 convolution's (1, 1, 0), which keeps the feature map's shape as the summed
     branches need."""
-    source = _modeling_source(config_module)
+    source = modeling_source(config_module)
     if not re.search(rf"\*{name}\[", source):
         return ()
     found = re.findall(rf"{name}\[[\"'](\w+)[\"']\]", source)
@@ -192,7 +202,7 @@ def _layer_list(config_module: str, name: str) -> list[str]:
     """The layer types the modeling file beside ``config_module`` tests per-layer list
     ``name`` for (``config.mlp_layer_types[i] == "sparse"``): one layer of another type
     (``dense`` for an MLP list, ``full_attention`` for attention), then each type tested."""
-    source = _modeling_source(config_module)
+    source = modeling_source(config_module)
     pattern = rf"config\.{name}\[\w+\]\s*[!=]=\s*[\"'](\w+)[\"']"
     tested = list(dict.fromkeys(re.findall(pattern, source)))
     if not tested:
@@ -201,7 +211,9 @@ def _layer_list(config_module: str, name: str) -> list[str]:
     return ([other] if other not in tested else []) + tested
 
 
-def _modeling_source(config_module: str) -> str:
+@functools.cache
+def modeling_source(config_module: str) -> str:
+    """The source of the modeling file beside configuration module ``config_module``."""
     origin = getattr(sys.modules.get(config_module), "__file__", None)
     if origin is None:
         return ""

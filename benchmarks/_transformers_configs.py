@@ -24,6 +24,7 @@ from _transformers_fit import (
     fit_parts,
     fit_per_layer,
     fit_rope_sections,
+    fit_sub_widths,
 )
 
 # Integer config fields, by name: the cap each is shrunk to.
@@ -194,9 +195,20 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     width from its expansion, ...). Raises what the config class raises."""
     complete(config)
     before = dict(vars(config))
+    widths = {
+        name: getattr(value, "hidden_size", None)
+        for name, value in before.items()
+        if _is_config(value)
+    }
     backbone = getattr(config, "backbone_config", None)
     if getattr(backbone, "model_type", None) == "timm_backbone":
         config.backbone_config = _own_backbone(backbone)
+        # Timm's arguments go with its backbone; the layer norms a timm Swin's
+        # channels-last maps take do not fit the ResNet's channels-first ones.
+        if isinstance(getattr(config, "timm_kwargs", None), dict):
+            config.timm_kwargs = {}
+        if getattr(config, "apply_layernorm_after_vision_backbone", None):
+            config.apply_layernorm_after_vision_backbone = False
     if derive:
         kwargs = {}
         derived = _derived_fields(type(config))
@@ -233,6 +245,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_expert_groups(config)
     fit_layer_roles(config)
     fit_parts(before, config)
+    fit_sub_widths(before, widths, config)
     vocab = getattr(config, "vocab_size", None)
     tokens = [n for n in vars(config) if n.endswith("pad_token_id")]
     for name in (*tokens, "bos_token_id", "eos_token_id", "decoder_start_token_id"):

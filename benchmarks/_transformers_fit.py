@@ -21,6 +21,8 @@ _SHARED_TYPES = frozenset({"hybrid"})
 # The fallback ``mrope_section`` in a modeling file's code.
 _MROPE_DEFAULT = re.compile(r"""get\(["']mrope_section["'],\s*\[([\d,\s]+)\]\)""")
 
+# Suffixes of fields naming an input width.
+_INPUT_WIDTHS = ("_in_dim", "_input_dim", "_input_size")
 # A modeling file's read of ``mrope_section`` with no fallback, and the sections then
 # given: four equal axes (HunYuan VL's documented position, width, height, image index).
 _MROPE_REQUIRED = 'rope_parameters.get("mrope_section")'
@@ -135,6 +137,22 @@ def fit_layer_roles(config: Any) -> None:
     if isinstance(layers, int) and isinstance(role, int) and role > layers:
         with contextlib.suppress(Exception):
             config.num_blocks = layers
+
+
+def fit_sub_widths(before: dict[str, Any], widths: dict[str, Any], config: Any) -> None:
+    """Input widths that take a sub-config's hidden states (OmDet-Turbo's
+    ``text_projection_in_dim``, its text encoder's width): a field named for an input
+    width whose default is the default width of exactly one sub-config (``widths``:
+    name -> its hidden size before shrinking) follows that sub-config's shrunk width."""
+    for name, value in before.items():
+        if not name.endswith(_INPUT_WIDTHS) or not isinstance(value, int):
+            continue
+        sources = [sub for sub, width in widths.items() if width == value]
+        if len(sources) == 1:
+            width = config_field(config_field(config, sources[0]), "hidden_size")
+            if isinstance(width, int) and width != value:
+                with contextlib.suppress(Exception):
+                    setattr(config, name, width)
 
 
 def fit_expert_groups(config: Any) -> None:

@@ -243,7 +243,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_rope_sections(config)
     fit_latent_attention(config)
     fit_expert_groups(config)
-    fit_layer_roles(config)
+    fit_layer_roles(before, config)
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
     vocab = getattr(config, "vocab_size", None)

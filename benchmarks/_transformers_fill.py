@@ -69,6 +69,11 @@ _CLASS_FIELDS: dict[str, dict[str, Any]] = {
     # Their text path runs the Q-Former on text, as their checkpoint (ITM) has it.
     "Blip2TextModelWithProjection": {"qformer_config.use_qformer_text_input": True},
     "Blip2ForImageTextRetrieval": {"qformer_config.use_qformer_text_input": True},
+    # A drafter reusing its target's keys and values has no per-layer inputs of its own,
+    # as its checkpoints' text config has it (its config class validates so).
+    "Gemma4AssistantForCausalLM": {
+        "text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}
+    },
     # Its decode head takes four backbone features: four layers, each one's output.
     "BeitForSemanticSegmentation": {"out_indices": [1, 2, 3, 4], "num_hidden_layers": 4},
 }
@@ -100,15 +105,22 @@ def default_config(model_class: type) -> Any:
 
 def keep_class_fields(model_class: type, config: Any) -> Any:
     """``config`` (shrunk) with the fields ``model_class`` needs (`_CLASS_FIELDS`) set
-    again: a layer count the class needs is kept over the shrunk one."""
+    again: a layer count the class needs is kept over the shrunk one (a mapping for a
+    sub-config sets its fields)."""
     for path, value in _CLASS_FIELDS.get(model_class.__name__, {}).items():
         *parents, name = path.split(".")
         target = config
         for parent in parents:
             target = getattr(target, parent, None)
-        if target is not None:
-            with contextlib.suppress(Exception):
-                setattr(target, name, copy.deepcopy(value))
+        inner = getattr(target, name, None)
+        if isinstance(value, dict) and hasattr(inner, "to_dict"):
+            target, pairs = inner, value.items()
+        else:
+            pairs = [(name, value)]
+        for field, setting in pairs:
+            if target is not None:
+                with contextlib.suppress(Exception):
+                    setattr(target, field, copy.deepcopy(setting))
     return config
 
 

@@ -130,13 +130,19 @@ def fit_parts(before: dict[str, Any], config: Any) -> None:
                 setattr(config, name, type(value)(_split(now, list(value))))
 
 
-def fit_layer_roles(config: Any) -> None:
+def fit_layer_roles(before: dict[str, Any], config: Any) -> None:
     """Counts of the last layers given a role (EoMT's ``num_blocks``, the layers that
-    also process its queries) no more than the shrunk layers."""
+    also process its queries) no more than the shrunk layers; layers that all reuse
+    another model's keys and values (an assistant's ``num_kv_shared_layers``) all of
+    the shrunk layers."""
     layers, role = config_field(config, "num_hidden_layers"), config_field(config, "num_blocks")
     if isinstance(layers, int) and isinstance(role, int) and role > layers:
         with contextlib.suppress(Exception):
             config.num_blocks = layers
+    shared = before.get("num_kv_shared_layers")
+    if isinstance(shared, int) and shared and shared == before.get("num_hidden_layers"):
+        with contextlib.suppress(Exception):
+            config.num_kv_shared_layers = layers
 
 
 def fit_sub_widths(before: dict[str, Any], widths: dict[str, Any], config: Any) -> None:

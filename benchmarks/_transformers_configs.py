@@ -23,6 +23,7 @@ from _transformers_fit import (
     fit_layer_roles,
     fit_parts,
     fit_per_layer,
+    fit_pixel_shuffle,
     fit_rope_sections,
     fit_sub_widths,
 )
@@ -244,6 +245,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_latent_attention(config)
     fit_expert_groups(config)
     fit_layer_roles(before, config)
+    fit_pixel_shuffle(config)
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
     vocab = getattr(config, "vocab_size", None)

@@ -161,6 +161,17 @@ def fit_sub_widths(before: dict[str, Any], widths: dict[str, Any], config: Any) 
                     setattr(config, name, width)
 
 
+def fit_pixel_shuffle(config: Any) -> None:
+    """A pixel shuffle folds the features of 1 / ratio² patches into one: the adapter
+    after it takes the width over ratio² (Llama 4's vision ``intermediate_size``, which
+    its encoder's MLP shares, and which its default config leaves at another width)."""
+    ratio = config_field(config, "pixel_shuffle_ratio")
+    width = config_field(config, "hidden_size")
+    if isinstance(ratio, float) and 0 < ratio < 1 and isinstance(width, int):
+        with contextlib.suppress(Exception):
+            config.intermediate_size = round(width / ratio**2)
+
+
 def fit_expert_groups(config: Any) -> None:
     """Grouped expert routing's groups made to divide the shrunk experts, each group
     holding at least two (a router scores a group by its two best experts), the groups

@@ -21,6 +21,7 @@ from _transformers_fit import (
     fit_expert_groups,
     fit_latent_attention,
     fit_layer_roles,
+    fit_out_indices,
     fit_parts,
     fit_per_layer,
     fit_pixel_shuffle,
@@ -246,6 +247,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_expert_groups(config)
     fit_layer_roles(before, config)
     fit_pixel_shuffle(config)
+    fit_out_indices(config)
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
     vocab = getattr(config, "vocab_size", None)

@@ -172,6 +172,31 @@ def fit_pixel_shuffle(config: Any) -> None:
             config.intermediate_size = round(width / ratio**2)
 
 
+def fit_out_indices(config: Any) -> None:
+    """The layers a backbone or a dense-prediction neck takes features from (a
+    backbone's ``out_indices``, DPT's ``backbone_out_indices``) within the shrunk layers:
+    as many, the last ones, the layer count raised to how many there are where it is
+    smaller (each must be a distinct layer's output)."""
+    layers = config_field(config, "num_hidden_layers")
+    fields = vars(config)
+    for name in ("_out_indices", "backbone_out_indices"):
+        indices = fields.get(name)
+        if not isinstance(layers, int) or not isinstance(indices, list) or not indices:
+            continue
+        if not all(isinstance(i, int) for i in indices) or max(indices) <= layers:
+            continue
+        count = max(layers, len(indices))
+        fitted = list(range(count - len(indices) + 1, count + 1))
+        with contextlib.suppress(Exception):
+            config.num_hidden_layers = count
+            if name == "backbone_out_indices":
+                config.backbone_out_indices = fitted
+                continue
+            config.stage_names = ["stem"] + [f"stage{i}" for i in range(1, count + 1)]
+            config._out_indices = fitted
+            config._out_features = [f"stage{i}" for i in fitted]
+
+
 def fit_expert_groups(config: Any) -> None:
     """Grouped expert routing's groups made to divide the shrunk experts, each group
     holding at least two (a router scores a group by its two best experts), the groups

@@ -97,6 +97,8 @@ _COUNT_CAPS = {
     "max_position_embeddings": 512,
     # Layers that reuse an earlier layer's keys and values (Gemma 3n): none of two.
     "num_kv_shared_layers": 0,
+    # Object queries: a two-stage detector picks them among a shrunk image's few tokens.
+    "num_queries": 8,
 }
 # Widths the "scaled" level divides, together, by `SCALE` (heads and counts kept, so
 # every ratio and divisibility among them holds).

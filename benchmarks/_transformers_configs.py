@@ -16,9 +16,11 @@ import dataclasses
 import re
 from typing import Any
 
+from _transformers_backbones import fit_stage_channels
 from _transformers_fill import complete, modeling_source, PER_LAYER, REQUIRED
 from _transformers_fit import (
     fit_expert_groups,
+    fit_hook_layers,
     fit_latent_attention,
     fit_layer_roles,
     fit_out_indices,
@@ -26,6 +28,7 @@ from _transformers_fit import (
     fit_per_layer,
     fit_pixel_shuffle,
     fit_rope_sections,
+    fit_scaled_patch,
     fit_sub_widths,
 )
 
@@ -204,6 +207,11 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
         for name, value in before.items()
         if _is_config(value)
     }
+    images = {
+        name: getattr(value, "image_size", None)
+        for name, value in before.items()
+        if _is_config(value)
+    }
     backbone = getattr(config, "backbone_config", None)
     if getattr(backbone, "model_type", None) == "timm_backbone":
         config.backbone_config = _own_backbone(backbone)
@@ -252,6 +260,9 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_out_indices(config)
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
+    fit_stage_channels(config)
+    fit_hook_layers(config)
+    fit_scaled_patch(images, config, _EXACT_CAPS["image_size"])
     vocab = getattr(config, "vocab_size", None)
     tokens = [n for n in vars(config) if n.endswith("pad_token_id")]
     for name in (*tokens, "bos_token_id", "eos_token_id", "decoder_start_token_id"):

@@ -97,9 +97,13 @@ _MAX_FILLS = 8
 
 def default_config(model_class: type) -> Any:
     """``model_class``'s config class's default instance, with the flags the class needs
-    (`_CLASS_FIELDS`; a dotted name is a sub-config's field)."""
+    (`_CLASS_FIELDS`; a dotted name is a sub-config's field) and the sub-configs its
+    class declares (`declared_sub_configs`)."""
+    from _transformers_backbones import declared_sub_configs
+
     fields = _CLASS_FIELDS.get(model_class.__name__, {})
     config = model_class.config_class(**{n: v for n, v in fields.items() if "." not in n})
+    declared_sub_configs(config)
     return keep_class_fields(model_class, config)
 
 

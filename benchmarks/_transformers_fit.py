@@ -239,3 +239,46 @@ def _mrope_default(config_module: str) -> Optional[tuple[int, ...]]:
     if found:
         return tuple(int(n) for n in found.group(1).split(","))
     return _MROPE_AXES if _MROPE_REQUIRED in source else None
+
+
+def fit_hook_layers(config: Any) -> None:
+    """The layers whose hidden states a model hooks (DepthPro's ``intermediate_hook_ids``,
+    indices into its encoders' layers, its own or, where it has none, its sub-configs')
+    within the shrunk layers: the last ones, in the order the hooks rank them (each must
+    be a distinct layer's output)."""
+    layers = config_field(config, "num_hidden_layers")
+    if not isinstance(layers, int):
+        counts = [
+            config_field(v, "num_hidden_layers")
+            for v in vars(config).values()
+            if hasattr(v, "to_dict") and isinstance(config_field(v, "num_hidden_layers"), int)
+        ]
+        layers = min(counts) if counts else None
+    for name, ids in list(vars(config).items()):
+        if not name.endswith("hook_ids") or not isinstance(layers, int):
+            continue
+        if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) for i in ids):
+            continue
+        if not ids or max(ids) < layers or len(set(ids)) > layers:
+            continue
+        ranks = {i: layers - len(set(ids)) + r for r, i in enumerate(sorted(set(ids)))}
+        with contextlib.suppress(Exception):
+            setattr(config, name, [ranks[i] for i in ids])
+
+
+def fit_scaled_patch(before: dict[str, int], config: Any, image: int) -> None:
+    """A patch a model cuts from its input scaled by each of ``scaled_images_ratios``
+    (DepthPro), no larger than the smallest scaled ``image``-pixel input: its
+    ``patch_size`` that size, and the image size of each sub-config that encodes one
+    patch (``before``: name -> its image size before shrinking, equal to the patch's)."""
+    ratios, patch = config_field(config, "scaled_images_ratios"), config_field(config, "patch_size")
+    if not isinstance(ratios, (list, tuple)) or not ratios or not isinstance(patch, int):
+        return
+    fitted = int(image * min(ratios))
+    if patch <= fitted or fitted < 1:
+        return
+    with contextlib.suppress(Exception):
+        config.patch_size = fitted
+        for name, size in before.items():
+            if size == patch:
+                config_field(config, name).image_size = fitted

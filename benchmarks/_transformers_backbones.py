@@ -15,6 +15,10 @@ from _transformers_fill import config_field, modeling_source
 _TIMM = "timm_backbone"
 # Suffix of a list field giving a neck's input channels, one per backbone stage out.
 _STAGE_CHANNELS = "list_out_channels"
+# A model's count of a per-stage list of its backbone config: it takes a feature map
+# from each stage (the stages out are the config's own to agree with, and excluded).
+_PER_STAGE = re.compile(r"len\(config\.backbone_config\.(\w+)\)")
+_OUT_FIELDS = frozenset({"out_indices", "out_features"})
 
 
 def declared_sub_configs(config: Any) -> None:
@@ -45,6 +49,26 @@ def declared_sub_configs(config: Any) -> None:
         if all(hasattr(declared, field) for field in read):
             with contextlib.suppress(Exception):
                 setattr(config, name, declared)
+
+
+def fit_every_stage_out(config: Any) -> None:
+    """A backbone whose model takes a feature map from each of its stages (its code
+    counts a per-stage list of the backbone config: UVDoc's head, which concatenates
+    them, takes as many channels as ``stage_configs`` has entries) gives every stage out,
+    as the model's checkpoints have it (a backbone config's default gives only the
+    last)."""
+    backbone = config_field(config, "backbone_config")
+    stages = list(config_field(backbone, "stage_names") or [])[1:]
+    if not stages or config_field(backbone, "out_features") == stages:
+        return
+    source = modeling_source(type(config).__module__)
+    for field in set(_PER_STAGE.findall(source)) - _OUT_FIELDS:
+        value = config_field(backbone, field)
+        if isinstance(value, (list, tuple)) and len(value) == len(stages):
+            with contextlib.suppress(Exception):
+                backbone._out_features = stages
+                backbone._out_indices = list(range(1, len(stages) + 1))
+            return
 
 
 def fit_stage_channels(config: Any) -> None:

@@ -16,20 +16,25 @@ import dataclasses
 import re
 from typing import Any
 
-from _transformers_backbones import fit_stage_channels
+from _transformers_backbones import fit_every_stage_out, fit_stage_channels
 from _transformers_fill import complete, modeling_source, PER_LAYER, REQUIRED
 from _transformers_fit import (
     fit_expert_groups,
+    fit_feature_sizes,
     fit_hook_layers,
     fit_latent_attention,
     fit_layer_roles,
+    fit_mirrored_lists,
     fit_out_indices,
     fit_parts,
     fit_per_layer,
     fit_pixel_shuffle,
     fit_rope_sections,
     fit_scaled_patch,
+    fit_stage_heads,
+    fit_stage_widths,
     fit_sub_widths,
+    mirrored_lists,
 )
 
 # Integer config fields, by name: the cap each is shrunk to.
@@ -212,6 +217,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
         for name, value in before.items()
         if _is_config(value)
     }
+    lists = mirrored_lists(config)
     backbone = getattr(config, "backbone_config", None)
     if getattr(backbone, "model_type", None) == "timm_backbone":
         config.backbone_config = _own_backbone(backbone)
@@ -260,8 +266,13 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_out_indices(config)
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
+    fit_every_stage_out(config)
     fit_stage_channels(config)
     fit_hook_layers(config)
+    fit_stage_heads(config)
+    fit_stage_widths(before, config)
+    fit_mirrored_lists(before, lists, config)
+    fit_feature_sizes(images, config)
     fit_scaled_patch(images, config, _EXACT_CAPS["image_size"])
     vocab = getattr(config, "vocab_size", None)
     tokens = [n for n in vars(config) if n.endswith("pad_token_id")]

@@ -282,3 +282,102 @@ def fit_scaled_patch(before: dict[str, int], config: Any, image: int) -> None:
         for name, size in before.items():
             if size == patch:
                 config_field(config, name).image_size = fitted
+
+
+def fit_stage_heads(config: Any) -> None:
+    """Per-stage attention heads (Swin's ``num_heads``, growing as its stages double the
+    width) that the shrunk first-stage width (``embed_dim``) does not split evenly:
+    divided by the first stage's, their ratios kept (each stage's heads then split its
+    width, which doubles with them, evenly)."""
+    width = config_field(config, "embed_dim")
+    heads = config_field(config, "num_heads")
+    if not isinstance(width, int) or not isinstance(heads, list) or not heads:
+        return
+    if not all(isinstance(h, int) and h > 0 for h in heads) or width % heads[0] == 0:
+        return
+    if all(h % heads[0] == 0 for h in heads):
+        with contextlib.suppress(Exception):
+            config.num_heads = [h // heads[0] for h in heads]
+
+
+def fit_stage_widths(before: dict[str, Any], config: Any) -> None:
+    """Per-stage widths (Hiera's ``embed_dim_per_stage``) whose first stage is the
+    config's hidden size follow the shrunk hidden size in proportion: a stage that pools
+    its queries changes width there, which widths capped alike would not."""
+    width, now = before.get("hidden_size"), config_field(config, "hidden_size")
+    if not isinstance(width, int) or not isinstance(now, int) or width == now:
+        return
+    for name, value in before.items():
+        if (
+            name.endswith("_dim_per_stage")
+            and isinstance(value, (list, tuple))
+            and value
+            and value[0] == width
+            and all(isinstance(v, int) and v * now % width == 0 for v in value)
+        ):
+            with contextlib.suppress(Exception):
+                setattr(config, name, [v * now // width for v in value])
+
+
+def mirrored_lists(config: Any) -> dict[tuple[str, str], list[int]]:
+    """The integer lists of ``config``'s sub-configs, by (sub-config, field), before
+    `fit_mirrored_lists` is given them back after shrinking."""
+    found = {}
+    for sub, inner in vars(config).items():
+        if hasattr(inner, "to_dict") and hasattr(inner, "model_type"):
+            for name, value in vars(inner).items():
+                if _int_list(value):
+                    found[sub, name] = list(value)
+    return found
+
+
+def fit_mirrored_lists(
+    before: dict[str, Any], lists: dict[tuple[str, str], list[int]], config: Any
+) -> None:
+    """A list of sizes that repeats a sub-config's (``lists``: before shrinking), as is
+    or reversed (SAM 2's ``backbone_channel_list``, its backbone's stage widths from the
+    last), follows that list as shrunk."""
+    for name, value in before.items():
+        if not _int_list(value) or len(set(value)) < 2:
+            continue
+        for (sub, field), old in lists.items():
+            new = config_field(config_field(config, sub), field)
+            if not _int_list(new) or new == old:
+                continue
+            fitted = new if list(value) == old else new[::-1] if list(value) == old[::-1] else None
+            if fitted is not None:
+                with contextlib.suppress(Exception):
+                    setattr(config, name, list(fitted))
+                break
+
+
+def fit_feature_sizes(images: dict[str, Any], config: Any) -> None:
+    """Feature-map sizes given for the model's image (SAM 2's ``backbone_feature_sizes``,
+    [height, width] per level) scaled as a sub-config's image size (``images``: name ->
+    its size before shrinking) was shrunk, the levels' sizes staying whole."""
+    ratios = {
+        (config_field(config_field(config, n), "image_size"), size)
+        for n, size in images.items()
+        if isinstance(size, int) and config_field(config_field(config, n), "image_size") != size
+    }
+    if len(ratios) != 1:
+        return
+    (new, old), *_ = ratios
+    if not isinstance(new, int) or not isinstance(old, int):
+        return
+    for inner in [config, *(v for v in vars(config).values() if hasattr(v, "to_dict"))]:
+        for name, value in list(vars(inner).items()):
+            if not name.endswith("feature_sizes") or not isinstance(value, list):
+                continue
+            flat = [s for level in value if isinstance(level, list) for s in level]
+            if flat and all(isinstance(s, int) and s * new % old == 0 for s in flat):
+                with contextlib.suppress(Exception):
+                    setattr(inner, name, [[s * new // old for s in level] for level in value])
+
+
+def _int_list(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 1
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    )

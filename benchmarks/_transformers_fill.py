@@ -22,6 +22,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
+from _transformers_labels import fill_per_label
+
 # Fields some configs leave None by default, which their models need set: the value each
 # gets (documented examples where the config documents one: Granite 4 Vision's
 # ``downsample_rate`` and ``deepstack_layer_map``; an empty vocabulary map for Chameleon
@@ -164,6 +166,7 @@ def complete(config: Any) -> None:
             with contextlib.suppress(Exception):
                 setattr(config, name, {key: [1, 1, 0] for key in keys})
     _rope_per_type(config)
+    fill_per_label(config)
     kinds = fields.get("layer_types") or ()
     source = modeling_source(type(config).__module__)
     if fields.get("sliding_window", 0) is None and (

@@ -78,6 +78,11 @@ _CLASS_FIELDS: dict[str, dict[str, Any]] = {
     },
     # Its decode head takes four backbone features: four layers, each one's output.
     "BeitForSemanticSegmentation": {"out_indices": [1, 2, 3, 4], "num_hidden_layers": 4},
+    # Their config's default lists no feature levels (`projector_scale_factors`, empty),
+    # from which the encoder then has nothing to take: one level at the backbone's own
+    # scale, as the smallest checkpoints have it.
+    "LwDetrModel": {"projector_scale_factors": [1.0]},
+    "LwDetrForObjectDetection": {"projector_scale_factors": [1.0]},
 }
 # Suffixes of per-layer lists: a type (attention, MLP, block) for each layer.
 PER_LAYER = ("layer_types", "layers_block_type", "block_types")

@@ -5,7 +5,7 @@ Levels, tried in turn while the class fails to build or run eagerly: every size 
 (`_EXACT_CAPS`, channel widths capped); the widths scaled down together (heads and counts
 kept, so every ratio and divisibility among them holds); only the counts capped (layers,
 vocabularies, experts, positions); the default. At every level, fields a config leaves
-None that its model needs are set (`_REQUIRED`), and fields that must agree with a shrunk
+None that its model needs are set (`_transformers_fill.complete`), and fields that must agree with a shrunk
 size are made to (`layer_types`, ...).
 """
 
@@ -13,14 +13,30 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import re
-import sys
-from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-# The fallback ``mrope_section`` in a modeling file's code.
-_MROPE_DEFAULT = re.compile(r"""get\(["']mrope_section["'],\s*\[([\d,\s]+)\]\)""")
+from _transformers_backbones import fit_every_stage_out, fit_stage_channels
+from _transformers_fill import complete, modeling_source, PER_LAYER, REQUIRED
+from _transformers_fit import (
+    fit_expert_groups,
+    fit_feature_sizes,
+    fit_hook_layers,
+    fit_latent_attention,
+    fit_layer_roles,
+    fit_mirrored_lists,
+    fit_out_indices,
+    fit_parts,
+    fit_per_layer,
+    fit_pixel_shuffle,
+    fit_rope_sections,
+    fit_scaled_patch,
+    fit_stage_heads,
+    fit_stage_widths,
+    fit_sub_widths,
+    mirrored_lists,
+)
+
 # Integer config fields, by name: the cap each is shrunk to.
 _EXACT_CAPS = {
     "vocab_size": 256,
@@ -60,10 +76,9 @@ _EXACT_CAPS = {
     "max_position_embeddings": 512,
 }
 # Suffixes of further integer fields, by name: the cap each is shrunk to (an MoE expert's
-# or a shared expert's width; a state-space model's heads, which must divide its width).
-_SUFFIX_CAPS = {"intermediate_size": 64, "_heads": 2}
-# Suffixes of per-layer lists: a type (attention, MLP, block) for each layer.
-_PER_LAYER = ("layer_types", "layers_block_type", "block_types")
+# or a shared expert's width; a state-space model's heads, which must divide its width;
+# multi-head latent attention's per-head sizes, which ``head_dim`` may be one of).
+_SUFFIX_CAPS = {"intermediate_size": 64, "_heads": 2, "head_dim": 16}
 # Suffixes of integer or integer-list fields that size channels (or group them).
 _CHANNEL_SUFFIXES = (
     "_hidden_size",
@@ -74,6 +89,12 @@ _CHANNEL_SUFFIXES = (
     "hidden_sizes",
     "_size_list",
     "_groups",
+    "_channel_list",
+    "_dim_per_stage",
+    # Another part's width that this part's must match (a global transformer's, a
+    # thinker's whose states a talker takes).
+    "hidden_size_global",
+    "embedding_size",
 )
 _NOT_CHANNELS = ("kernel", "stride", "patch", "pad", "dilation", "head_dim", "mel", "in_dim")
 # Fields that count (layers, vocabularies, experts, positions): the only ones capped at
@@ -84,6 +105,8 @@ _COUNT_CAPS = {
     "max_position_embeddings": 512,
     # Layers that reuse an earlier layer's keys and values (Gemma 3n): none of two.
     "num_kv_shared_layers": 0,
+    # Object queries: a two-stage detector picks them among a shrunk image's few tokens.
+    "num_queries": 8,
 }
 # Widths the "scaled" level divides, together, by `SCALE` (heads and counts kept, so
 # every ratio and divisibility among them holds).
@@ -111,6 +134,10 @@ SCALE = 4
 # Further widths the "scaled" level divides: attention's per-head sizes and low ranks
 # (multi-head latent attention's ``qk_rope_head_dim``, ``kv_lora_rank``, ...).
 _SCALED_SUFFIXES = ("head_dim", "_rank", "intermediate_size", "_hidden_size")
+# A model's read of a token index with a fallback: ``getattr(config, "x_token_index", 3)``.
+_TOKEN_FALLBACK = re.compile(r"""getattr\(config, ["'](\w+_token_index)["'], ([\d_]+)\)""")
+# Words naming a media placeholder token.
+_MEDIA = ("image", "video", "audio", "boi", "eoi", "boa", "eoa")
 # The configs tried in turn while the class fails to build or run eagerly.
 LEVELS = ("shrunk", "scaled", "counts", "default")
 
@@ -172,112 +199,34 @@ def _own_backbone(config: Any) -> Any:
     )
 
 
-# Fields some configs leave None by default, which their models need set: the value
-# each gets (a config built from its class's defaults is otherwise not buildable).
-_REQUIRED = {
-    "vocab_size": 256,
-    "mask_token_id": 1,
-    "pad_token_id": 0,
-    "prediction_length": 4,
-    "context_length": 8,
-    "decoder_hidden_size": 32,
-    "decoder_depth": 1,
-    "decoder_num_heads": 2,
-    "n_routed_experts": 2,
-    "n_shared_experts": 1,
-    "num_experts_per_tok": 1,
-}
-
-
-def _complete(config: Any) -> None:
-    """Set the fields `_REQUIRED` names that ``config`` leaves None, a None
-    ``num_key_value_heads`` to the attention heads and a None ``head_dim`` to the hidden
-    size over the heads, as the models that read them assume."""
-    fields = vars(config)
-    for name, value in _REQUIRED.items():
-        if name in fields and fields[name] is None:
-            with contextlib.suppress(Exception):
-                setattr(config, name, value)
-    hidden, heads = fields.get("hidden_size"), fields.get("num_attention_heads")
-    if "num_key_value_heads" in fields and fields["num_key_value_heads"] is None and heads:
-        # None is multi-head attention: a key-value head per query head.
-        with contextlib.suppress(Exception):
-            config.num_key_value_heads = heads
-    if "head_dim" in fields and fields["head_dim"] is None and hidden and heads:
-        with contextlib.suppress(Exception):
-            config.head_dim = hidden // heads
-
-
-def _fit_per_layer(fields: dict[str, Any]) -> dict[str, Any]:
-    """The per-layer lists among ``fields`` (`_PER_LAYER`: attention, MLP or block types)
-    longer than the capped layer count, fitted to it: each type kept once (a model that
-    checks which layer types produce and use a cache needs every type), the layer count
-    raised to the most types one list has where it is smaller. Returns what changes."""
-    layers = fields.get("num_hidden_layers")
-    lists = {
-        name: value
-        for name, value in fields.items()
-        if name.endswith(_PER_LAYER) and isinstance(value, list)
-    }
-    if not isinstance(layers, int) or not any(len(v) > layers for v in lists.values()):
-        return {}
-    kinds = {name: list(dict.fromkeys(value)) for name, value in lists.items()}
-    count = max([layers] + [len(k) for k in kinds.values()])
-    changes: dict[str, Any] = {
-        name: kind + kind[-1:] * (count - len(kind)) for name, kind in kinds.items()
-    }
-    changes["num_hidden_layers"] = count
-    return changes
-
-
-def _split(total: int, parts: list[int]) -> list[int]:
-    """``total`` split in ``len(parts)`` positive parts in the proportions of ``parts``."""
-    shares = [max(1, total * p // sum(parts)) for p in parts]
-    shares[0] += total - sum(shares)
-    return shares
-
-
-def _fit_rope_sections(config: Any) -> None:
-    """Multimodal RoPE's ``mrope_section`` (temporal, height, width frequencies) sized to
-    the shrunk rotary half-dimension it must sum to, in its proportions: the config's
-    own, else the one the model's code falls back on (`_mrope_default`)."""
-    rope = _field(config, "rope_parameters")
-    if not isinstance(rope, dict):
-        return
-    sections = rope.get("mrope_section") or _mrope_default(type(config).__module__)
-    hidden, heads = _field(config, "hidden_size"), _field(config, "num_attention_heads")
-    head = _field(config, "head_dim") or (hidden // heads if hidden and heads else None)
-    if not sections or not isinstance(head, int):
-        return
-    partial = rope.get("partial_rotary_factor") or _field(config, "partial_rotary_factor")
-    half = int(head * (partial or 1.0)) // 2
-    if half >= len(sections) and sum(sections) != half:
-        rope["mrope_section"] = _split(half, list(sections))
-
-
-@functools.cache
-def _mrope_default(config_module: str) -> Optional[tuple[int, ...]]:
-    """The ``mrope_section`` the modeling file beside configuration module
-    ``config_module`` falls back on, if its code reads one."""
-    origin = getattr(sys.modules.get(config_module), "__file__", None)
-    if origin is None:
-        return None
-    path = Path(origin)
-    modeling = path.with_name(path.name.replace("configuration_", "modeling_", 1))
-    found = _MROPE_DEFAULT.search(modeling.read_text()) if modeling.exists() else None
-    return tuple(int(n) for n in found.group(1).split(",")) if found else None
-
-
 def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     """``config`` (a config class's default instance) at ``level``: its fields (and its
     sub-configs') set for the level on it, or, where ``derive``, passed to its class,
     which derives the fields it computes from others (`_derived_fields`) again from the
     shrunk ones (a head size from the width and the heads, a state-space model's head
     width from its expansion, ...). Raises what the config class raises."""
-    _complete(config)
+    complete(config)
+    before = dict(vars(config))
+    widths = {
+        name: getattr(value, "hidden_size", None)
+        for name, value in before.items()
+        if _is_config(value)
+    }
+    images = {
+        name: getattr(value, "image_size", None)
+        for name, value in before.items()
+        if _is_config(value)
+    }
+    lists = mirrored_lists(config)
     backbone = getattr(config, "backbone_config", None)
     if getattr(backbone, "model_type", None) == "timm_backbone":
         config.backbone_config = _own_backbone(backbone)
+        # Timm's arguments go with its backbone; the layer norms a timm Swin's
+        # channels-last maps take do not fit the ResNet's channels-first ones.
+        if isinstance(getattr(config, "timm_kwargs", None), dict):
+            config.timm_kwargs = {}
+        if getattr(config, "apply_layernorm_after_vision_backbone", None):
+            config.apply_layernorm_after_vision_backbone = False
     if derive:
         kwargs = {}
         derived = _derived_fields(type(config))
@@ -291,9 +240,9 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
                 kwargs[name] = derived[name]
             else:
                 kwargs[name] = _level_value(level, name, value)
-        kwargs.update(_fit_per_layer(kwargs))
+        kwargs.update(fit_per_layer(kwargs))
         config = type(config)(**kwargs)
-        _complete(config)
+        complete(config)
     else:
         for name, value in list(vars(config).items()):
             if name.startswith("_"):
@@ -306,27 +255,58 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
                 # A property without a setter keeps its value.
                 with contextlib.suppress(Exception):
                     setattr(config, name, new)
-        for name, value in _fit_per_layer(vars(config)).items():
+        for name, value in fit_per_layer(vars(config)).items():
             with contextlib.suppress(Exception):
                 setattr(config, name, value)
-    _fit_rope_sections(config)
+    fit_rope_sections(config)
+    fit_latent_attention(config)
+    fit_expert_groups(config)
+    fit_layer_roles(before, config)
+    fit_pixel_shuffle(config)
+    fit_out_indices(config)
+    fit_parts(before, config)
+    fit_sub_widths(before, widths, config)
+    fit_every_stage_out(config)
+    fit_stage_channels(config)
+    fit_hook_layers(config)
+    fit_stage_heads(config)
+    fit_stage_widths(before, config)
+    fit_mirrored_lists(before, lists, config)
+    fit_feature_sizes(images, config)
+    fit_scaled_patch(images, config, _EXACT_CAPS["image_size"])
     vocab = getattr(config, "vocab_size", None)
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+    tokens = [n for n in vars(config) if n.endswith("pad_token_id")]
+    for name in (*tokens, "bos_token_id", "eos_token_id", "decoder_start_token_id"):
         token = getattr(config, name, None)
         if isinstance(vocab, int) and isinstance(token, int) and token >= vocab:
             setattr(config, name, vocab - 1)
+    _fit_answer_tokens(config)
     if hasattr(config, "use_cache"):
         config.use_cache = False
     return config
 
 
-def _field(config: Any, name: str) -> Any:
-    """``config``'s field ``name``, or None (a config with per-layer fields raises for
-    one that varies across its layers)."""
-    try:
-        return getattr(config, name, None)
-    except Exception:
-        return None
+def _fit_answer_tokens(config: Any) -> None:
+    """Token indices a classifier reads its answers' logits at (ShieldGemma 2's yes and
+    no, which its model reads with a fallback where the config has none) within the
+    shrunk vocabulary, its own or its text config's, kept distinct (a media
+    placeholder's index is the inputs' to agree with, and is kept)."""
+    text = getattr(config, "text_config", None)
+    vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None)
+    source = modeling_source(type(config).__module__)
+    fallbacks = {n: int(v) for n, v in _TOKEN_FALLBACK.findall(source)}
+    names = [
+        n
+        for n, v in {**fallbacks, **vars(config)}.items()
+        if n.endswith("_token_index")
+        and not any(m in n for m in _MEDIA)
+        and isinstance(v, int)
+        and isinstance(vocab, int)
+        and v >= vocab
+    ]
+    for offset, name in enumerate(names, start=1):
+        with contextlib.suppress(Exception):
+            setattr(config, name, vocab - offset)
 
 
 def _is_config(value: Any) -> bool:
@@ -342,14 +322,14 @@ def _init_fields(config_class: type) -> list[str]:
 
 def _derived_fields(config_class: type) -> dict[str, Any]:
     """The fields ``config_class`` derives from others when left at their declared default
-    (None or ``"auto"``): name -> that default. Per-layer lists are kept (`_fit_per_layer`
-    keeps each type the model has), and so are the fields `_complete` sets."""
+    (None or ``"auto"``): name -> that default. Per-layer lists are kept (`fit_per_layer`
+    keeps each type the model has), and so are the fields `complete` sets."""
     return {
         f.name: f.default
         for f in dataclasses.fields(config_class)
         if f.init
         and f.default is not dataclasses.MISSING
         and (f.default is None or f.default == "auto")
-        and f.name not in _REQUIRED
-        and not f.name.endswith(_PER_LAYER)
+        and f.name not in REQUIRED
+        and not f.name.endswith(PER_LAYER)
     }

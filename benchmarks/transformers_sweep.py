@@ -31,6 +31,7 @@ from _sweep._report import row, table_head
 from _sweep._results import NOT_A_MODEL
 from _sweep._screen import compare, leaves
 from _transformers_configs import at_level, LEVELS, SCALE
+from _transformers_fill import construct, default_config, keep_class_fields
 from _transformers_inputs import candidate_inputs
 
 HERE = Path(__file__).resolve().parent
@@ -95,14 +96,19 @@ class Transformers(Library):
             stage = "build"
             try:
                 torch.manual_seed(0)
-                config = at_level(cls.config_class(), level, derive=derive)
+                config = at_level(default_config(cls), level, derive=derive)
+                keep_class_fields(cls, config)
+
+                def shrink(sub: Any, level: str = level, derive: bool = derive) -> Any:
+                    return at_level(sub, level, derive=derive)
+
                 if level != "shrunk":
                     with torch.device("meta"):
-                        size = sum(p.numel() for p in cls(config).parameters())
+                        size = sum(p.numel() for p in construct(cls, config, shrink).parameters())
                     if size > MAX_PARAMETERS:
                         failed.append((stage, f"{level} config: {size:,} parameters"))
                         continue
-                model = cls(config).float().eval()
+                model = construct(cls, config, shrink).float().eval()
                 facts: dict[str, Any] = {"config": level}
                 if derive:
                     facts["derived"] = True

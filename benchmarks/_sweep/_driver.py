@@ -22,6 +22,7 @@ from _sweep._results import (
     append,
     CANDIDATE,
     COMPUTED,
+    out_of_memory,
     read_results,
     SKIPPED,
     TIMED_OUT,
@@ -35,9 +36,6 @@ DEFAULT_LOWERING_TIMEOUT = 480.0
 WALL_FACTOR = 6.0
 # How often the driver looks at a worker's CPU time.
 _POLL_S = 2.0
-# Errors of a worker whose address space the classes before filled (oneDNN's
-# "could not create a primitive" among them): the class is retried in a fresh worker.
-_OUT_OF_MEMORY = ("can't allocate memory", "could not create a primitive", "MemoryError")
 # What a timed-out or dead phase records in its partitioner's entry.
 _TIMEOUT_ERROR = "timeout: lowering over {:.0f} CPU s"
 _DIED_ERROR = "worker died lowering (a native crash, or out of memory)"
@@ -141,12 +139,13 @@ class _Pool:
             self.current = None
 
     def sweep(self, request: dict[str, Any]) -> dict[str, Any]:
-        """``request``'s result line; a class skipped for want of memory is retried once in
-        a fresh worker (an earlier class may have filled the worker's address space)."""
+        """``request``'s result line; a class skipped, or a partitioner's entry failed, for
+        want of memory is retried once in a fresh worker (an earlier class may have
+        filled the worker's address space)."""
         result = self._sweep(request)
-        if result["status"] == SKIPPED and any(
-            sign in result.get("reason", "") for sign in _OUT_OF_MEMORY
-        ):
+        errors = [result.get("reason", "")] if result["status"] == SKIPPED else []
+        errors += [entry.get("error", "") for entry in result.get("variants", {}).values()]
+        if any(out_of_memory(error) for error in errors):
             self.close()
             result = {**self._sweep(request), "retried": "in a fresh worker"}
         return result

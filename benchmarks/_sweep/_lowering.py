@@ -120,11 +120,12 @@ def through_partitioners(
     """Each partitioner's entry, lowering ``programs`` (label -> a function exporting the
     program that partitioner takes) in order, xnnfold's first.
 
-    Stock's lowering runs where ``compare_stock``, or where xnnfold's is absent (it timed
-    out in an earlier worker), failed, is off from eager or left a computed-weight GEMM
-    outside: what stock does there decides whether it counts against xnnfold. Stock is
-    not lowered where xnnfold's found no computed-weight GEMM, unless ``always_stock``
-    (for the lowering times side by side). ``announce`` is told each
+    Stock's lowering runs where xnnfold's is absent (it timed out in an earlier worker),
+    failed, is off from eager or left a computed-weight GEMM outside, with or without a
+    computed-weight GEMM: what stock does there decides whether it counts against
+    xnnfold. Otherwise it runs where ``compare_stock`` and xnnfold's found a
+    computed-weight GEMM, or where ``always_stock`` (for the lowering times side by
+    side). ``announce`` is told each
     phase before it starts (the driver's timeout is per phase), ``partial`` each entry as
     it is done (kept by the driver if a later phase times out).
     """
@@ -135,9 +136,8 @@ def through_partitioners(
         for label, export in programs.items():
             if label == STOCK and XNNFOLD in variants:
                 ours = variants[XNNFOLD]
-                if "error" not in ours and not ours["computed"] and not always_stock:
-                    break
-                if not (compare_stock or "error" in ours or wrong(ours) or ours["outside"]):
+                decides = "error" in ours or wrong(ours) or bool(ours["outside"])
+                if not (decides or (compare_stock and (ours["computed"] or always_stock))):
                     break
             # The last lowering's edge program and buffers, freed before the next.
             gc.collect()

@@ -19,11 +19,14 @@ from _sweep._results import (
     COMPUTED,
     LOWERED,
     NOT_A_MODEL,
+    out_of_memory,
     SCREENED,
     SKIPPED,
     TIMED_OUT,
 )
 
+# The problem of xnnfold's entry out of the worker's memory where stock's lowering is not.
+_OUT_OF_MEMORY_PROBLEM = "out of memory where stock's is not"
 # Rows of the out-of-reach table (the most common reasons).
 _REASON_ROWS = 30
 
@@ -40,7 +43,11 @@ def problems(result: dict[str, Any]) -> list[str]:
         error = ours.get("error", "")
         # Unloadable as stock's program is (the same ops on portable: a missing kernel) is
         # not xnnfold's; unloadable where stock's loads, or where stock does not lower, is.
-        if ours.get("timeout"):
+        # Out of the worker's memory counts only where stock's lowering was not.
+        if out_of_memory(error):
+            if not out_of_memory(stock.get("error", "")):
+                found.append(f"{_OUT_OF_MEMORY_PROBLEM}{where}")
+        elif ours.get("timeout"):
             if stock and "error" not in stock:
                 found.append(f"timeout where stock lowers{where}")
         elif _unloadable(ours) and not _unloadable(stock):
@@ -201,6 +208,8 @@ def report(
         f"  - computed-weight GEMMs outside without a code: {totals['outside without a code']}",
         f"  - xnnfold over the lowering timeout where stock lowers: "
         f"{totals['timeout where stock lowers']}",
+        f"  - xnnfold out of the worker's memory where stock's is not: "
+        f"{totals[_OUT_OF_MEMORY_PROBLEM]}",
     ]
     if ratios:
         worst, worst_name = ratios[-1]

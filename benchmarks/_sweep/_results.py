@@ -18,6 +18,15 @@ TIMED_OUT = "lowering over the timeout"  # a partitioner did not lower within th
 # The statuses of a class that reached the screen, and of one that was lowered.
 SCREENED = frozenset({NO_CANDIDATE, CANDIDATE, NOT_COMPUTED, COMPUTED, TIMED_OUT})
 LOWERED = frozenset({NOT_COMPUTED, COMPUTED, TIMED_OUT})
+# Errors of a worker out of its address space (`_sweep._worker.WORKER_MEMORY`), which the
+# classes before it may have filled (oneDNN's "could not create a primitive" among them).
+_OUT_OF_MEMORY = ("can't allocate memory", "could not create a primitive", "MemoryError")
+
+
+def out_of_memory(error: str) -> bool:
+    """Whether ``error`` (a reason or a partitioner's entry's error) is a worker's memory
+    running out: the sweep's limit, not the model's or a partitioner's failure."""
+    return any(sign in error for sign in _OUT_OF_MEMORY)
 
 
 def read_results(path: Path) -> dict[str, dict[str, Any]]:

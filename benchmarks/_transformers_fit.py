@@ -114,18 +114,12 @@ def fit_latent_attention(config: Any) -> None:
 def fit_parts(before: dict[str, Any], config: Any) -> None:
     """Lists of sizes that split the hidden size (Reformer's axial position embeddings'
     widths, which it checks sum to it) split the shrunk hidden size, in proportion."""
-    width, now = before.get("hidden_size"), config_field(config, "hidden_size")
-    if not isinstance(width, int) or not isinstance(now, int) or width == now:
+    change = _hidden_size_change(before, config)
+    if change is None:
         return
+    width, now = change
     for name, value in before.items():
-        if (
-            "dim" in name
-            and isinstance(value, (list, tuple))
-            and len(value) > 1
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-            and sum(value) == width
-            and len(value) <= now
-        ):
+        if "dim" in name and _int_list(value) and sum(value) == width and len(value) <= now:
             with contextlib.suppress(Exception):
                 setattr(config, name, type(value)(_split(now, list(value))))
 
@@ -304,9 +298,10 @@ def fit_stage_widths(before: dict[str, Any], config: Any) -> None:
     """Per-stage widths (Hiera's ``embed_dim_per_stage``) whose first stage is the
     config's hidden size follow the shrunk hidden size in proportion: a stage that pools
     its queries changes width there, which widths capped alike would not."""
-    width, now = before.get("hidden_size"), config_field(config, "hidden_size")
-    if not isinstance(width, int) or not isinstance(now, int) or width == now:
+    change = _hidden_size_change(before, config)
+    if change is None:
         return
+    width, now = change
     for name, value in before.items():
         if (
             name.endswith("_dim_per_stage")
@@ -373,6 +368,15 @@ def fit_feature_sizes(images: dict[str, Any], config: Any) -> None:
             if flat and all(isinstance(s, int) and s * new % old == 0 for s in flat):
                 with contextlib.suppress(Exception):
                     setattr(inner, name, [[s * new // old for s in level] for level in value])
+
+
+def _hidden_size_change(before: dict[str, Any], config: Any) -> Optional[tuple[int, int]]:
+    """The hidden size before shrinking and after, or None where either is not an
+    integer or shrinking left it as it was."""
+    width, now = before.get("hidden_size"), config_field(config, "hidden_size")
+    if not isinstance(width, int) or not isinstance(now, int) or width == now:
+        return None
+    return width, now
 
 
 def _int_list(value: Any) -> bool:

@@ -202,7 +202,9 @@ def _computed(node: Node, fed: AbstractSet[str] = frozenset()) -> bool:
 def _fed_by_computation(inner: ExportedProgram, call: Node) -> frozenset[str]:
     """The placeholders of delegate program ``inner`` whose value its call ``call``
     passes from a computation of the top-level program (not a placeholder there). The
-    call's operands after the lowered module are the delegate's user inputs, in order."""
+    call's operands after the lowered module are the delegate's user inputs, in order;
+    where their counts differ, which input is which is unknown and none is named (the
+    delegate's placeholders then read as stored tensors)."""
     names = inner.graph_signature.user_inputs
     operands = call.args[1:]
     if len(names) != len(operands):

@@ -6,6 +6,12 @@ max abs diff against eager through executorch.runtime, the lowering time (wall a
 seconds of ``to_edge_transform_and_lower`` through `xnnfold.save`) and the median latency
 of calls interleaved with the other partitioner's program; or the error where one stage
 failed.
+
+Each program is loaded and run against eager alone, and released before the next
+partitioner lowers, so that a program as large as the worker's memory allows is judged
+against eager whatever the other partitioner's program weighs. The timing then loads the
+programs together; where they do not fit together, it times each alone
+(``"timed": "alone"`` on each entry: not interleaved, so noisier).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from _sweep._results import out_of_memory
 from _sweep._screen import compare
 
 XNNFOLD, STOCK = "xnnfold", "stock"
@@ -67,9 +74,10 @@ def _lowered(ep: Any, partitioner: Any, directory: Path) -> tuple[Any, tuple[Pat
 
 def lower_one(
     label: str, program: Any, args: tuple[Any, ...], expected: list[Any], directory: Path
-) -> tuple[dict[str, Any], Any]:
+) -> tuple[dict[str, Any], Callable[[], Any] | None]:
     """``program`` (an ExportedProgram) lowered with ``label``'s partitioner into
-    ``directory``: its entry, and the loaded program (None where a stage failed)."""
+    ``directory``: its entry, and how to load the written program again (None where a
+    stage failed). The program loaded here for the diff is released on return."""
     from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
     import xnnfold
@@ -95,8 +103,12 @@ def lower_one(
     entry["bytes"] = sum(path.stat().st_size for path in (pte, *data))
     if data:
         entry["data_files"] = [path.name for path in data]
+
+    def load() -> Any:
+        return xnnfold.LoadedProgram(pte.read_bytes(), data_path=data[0] if data else None)
+
     try:
-        loaded = xnnfold.LoadedProgram(pte.read_bytes(), data_path=data[0] if data else None)
+        loaded = load()
         start = time.perf_counter()
         actual = loaded(list(args))
         entry["first_ms"] = round((time.perf_counter() - start) * 1000, 3)
@@ -104,7 +116,7 @@ def lower_one(
         entry["error"] = f"load/run: {type(error).__name__}: {str(error)[:300]}"
         return entry, None
     entry["diff"], entry["scale"] = compare(actual, expected)
-    return entry, loaded
+    return entry, load
 
 
 def through_partitioners(
@@ -130,7 +142,7 @@ def through_partitioners(
     it is done (kept by the driver if a later phase times out).
     """
     variants: dict[str, Any] = {}
-    loaded: dict[str, Any] = {}
+    loaders: dict[str, Callable[[], Any]] = {}
     # The programs' files live until the timings are done.
     with contextlib.ExitStack() as files:
         for label, export in programs.items():
@@ -143,18 +155,43 @@ def through_partitioners(
             gc.collect()
             announce(f"lower {label}")
             directory = Path(files.enter_context(tempfile.TemporaryDirectory(prefix="sweep-")))
-            entry, program = lower_one(label, export(), args, expected, directory)
+            entry, load = lower_one(label, export(), args, expected, directory)
             variants[label] = entry
             partial(label, entry)
-            if program is not None:
-                loaded[label] = program
-        if loaded:
+            if load is not None:
+                loaders[label] = load
+        if loaders:
             announce("time")
-            calls = {label: lambda run=run: run(list(args)) for label, run in loaded.items()}
-            first = sum(variants[label]["first_ms"] for label in loaded) / 1000
-            for label, ms in interleaved(calls, first_round_s=first).items():
+            for label, ms in _timed(loaders, args, variants).items():
                 variants[label]["ms"] = ms
     return variants
+
+
+def _timed(
+    loaders: dict[str, Callable[[], Any]], args: tuple[Any, ...], variants: dict[str, Any]
+) -> dict[str, float]:
+    """The median ms of each program ``loaders`` load, after one untimed call of each (a
+    fresh load is not warm): interleaved where they fit in the worker's memory together,
+    else each alone (and its entry in ``variants`` says so)."""
+    gc.collect()
+    try:
+        together = {label: load() for label, load in loaders.items()}
+    except Exception as error:
+        if not out_of_memory(f"{type(error).__name__}: {error}"):
+            raise
+    else:
+        return interleaved(_calls(together, args))
+    gc.collect()
+    times = {}
+    for label, load in loaders.items():
+        variants[label]["timed"] = "alone"
+        times.update(interleaved(_calls({label: load()}, args)))
+        gc.collect()
+    return times
+
+
+def _calls(programs: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
+    return {label: lambda run=run: run(list(args)) for label, run in programs.items()}
 
 
 def interleaved(

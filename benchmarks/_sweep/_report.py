@@ -106,6 +106,11 @@ def _cell(entry: dict[str, Any], key: str, fmt: str) -> str:
     return format(value, fmt)
 
 
+def _ms_cell(entry: dict[str, Any]) -> str:
+    # A program timed alone: the two did not fit in a worker's memory together.
+    return _cell(entry, "ms", ".2f") + (" (alone)" if entry.get("timed") == "alone" else "")
+
+
 def _error_cell(entry: dict[str, Any]) -> str:
     error = entry.get("error")
     return "" if not error else error.replace("|", "/").replace("\n", " ")[:90]
@@ -136,7 +141,7 @@ def row(name: str, path: dict[str, Any], flagged: list[str]) -> str:
         f"| {_cell(stock, 'diff', '.1e')} / {_cell(ours, 'diff', '.1e')}"
         f"{f' ({scale:.1e})' if scale is not None else ''} "
         f"| {_cell(stock, 'bytes', ',d')} / {_cell(ours, 'bytes', ',d')} "
-        f"| {_cell(stock, 'ms', '.2f')} / {_cell(ours, 'ms', '.2f')} "
+        f"| {_ms_cell(stock)} / {_ms_cell(ours)} "
         f"| {_cell(stock, 'lower_cpu_s', '.1f')} / {_cell(ours, 'lower_cpu_s', '.1f')}"
         f"{f' ({ratio:.2f}x)' if ratio is not None else ''} "
         f"| {', '.join(flagged) or 'none'} |"
@@ -183,7 +188,9 @@ def report(
         f"Written by `{library.results.name.replace('_results.jsonl', '.py')} --report` from "
         f"`{library.results.name}` (the commands are in benchmarks/README.md). "
         f"{library.versions()}. {library.method()} Latency is the median of interleaved calls "
-        "through executorch.runtime on a shared 2-core machine (compare within a row only); "
+        "through executorch.runtime on a shared 2-core machine (compare within a row only; "
+        "'(alone)': the two programs did not fit in a worker's memory together, each was "
+        "timed alone); "
         "lowering time is the CPU seconds of `to_edge_transform_and_lower` through "
         "`xnnfold.save`, one thread.",
         "",

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from _sweep._results import out_of_memory
 from _sweep._screen import compare
 
 XNNFOLD, STOCK = "xnnfold", "stock"
@@ -171,14 +170,18 @@ def _timed(
     loaders: dict[str, Callable[[], Any]], args: tuple[Any, ...], variants: dict[str, Any]
 ) -> dict[str, float]:
     """The median ms of each program ``loaders`` load, after one untimed call of each (a
-    fresh load is not warm): interleaved where they fit in the worker's memory together,
-    else each alone (and its entry in ``variants`` says so)."""
+    fresh load is not warm): interleaved where they load together, else each alone (and
+    its entry in ``variants`` says so).
+
+    Each program has loaded and run alone already (`lower_one`), so one that fails to load
+    beside the other ran out of the worker's memory: the runtime may say so as a
+    MemoryError or as a method that fails to load (an allocation inside XNNPACK's init).
+    """
     gc.collect()
     try:
         together = {label: load() for label, load in loaders.items()}
-    except Exception as error:
-        if not out_of_memory(f"{type(error).__name__}: {error}"):
-            raise
+    except (MemoryError, RuntimeError):
+        pass
     else:
         return interleaved(_calls(together, args))
     gc.collect()

@@ -236,6 +236,7 @@ COMPANIONS: dict[str, Companion] = {
     "aspect_ratio_mask": media.aspect_ratio_mask,
     "image_attention_mask": media.image_attention,
     "input_values": media.waveform,
+    "pixel_values_videos": media.video,
     "flattened_patches": media.flattened_patches,
     "marks": _marks,
     "num_options": _num_options,

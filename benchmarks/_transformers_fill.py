@@ -55,6 +55,18 @@ REQUIRED: dict[str, Any] = {
     # DBRX clamps its queries, keys and values with it unconditionally: its checkpoints'.
     "clip_qkv": 8.0,
 }
+# EdgeTAM's checkpoints' RepViT backbone and its channels (timm's model is not shrunk):
+# the default config misspells the field (``archirecture``), leaving timm's ResNet-50.
+_EDGETAM = {
+    "backbone_config.architecture": "repvit_m1",
+    "backbone_channel_list": [384, 192, 96, 48],
+}
+# PerceptionLM's checkpoints' PE tower, two layers 64 wide: its projector reads the
+# tower's width off its timm arguments, which the default config leaves unset.
+_PE_TOWER = {
+    "architecture": "vit_pe_core_large_patch14_336",
+    "model_args": {"embed_dim": 64, "depth": 2, "img_size": [28, 28]},
+}
 # Flags a model class checks its config for, which the config class's defaults leave
 # off: what the class's own checkpoints set. Keyed by class name as a last resort: the
 # class is what needs them, and no config field says so.
@@ -83,6 +95,12 @@ _CLASS_FIELDS: dict[str, dict[str, Any]] = {
     # scale, as the smallest checkpoints have it.
     "LwDetrModel": {"projector_scale_factors": [1.0]},
     "LwDetrForObjectDetection": {"projector_scale_factors": [1.0]},
+    # A timm backbone names its timm model: the config's documented example's.
+    "TimmBackbone": {"backbone": "resnet50"},
+    "EdgeTamModel": {f"vision_config.{name}": value for name, value in _EDGETAM.items()},
+    "EdgeTamVisionModel": _EDGETAM,
+    "PerceptionLMModel": {"vision_config": _PE_TOWER},
+    "PerceptionLMForConditionalGeneration": {"vision_config": _PE_TOWER},
 }
 # Suffixes of per-layer lists: a type (attention, MLP, block) for each layer.
 PER_LAYER = ("layer_types", "layers_block_type", "block_types")
@@ -269,7 +287,7 @@ def _fill_sub_configs(config: Any, shrink: Callable[[Any], Any]) -> bool:
     """Set each sub-config ``config``'s tree leaves None to its declared class's default,
     through ``shrink``. Returns whether any was set."""
     done = False
-    for inner in list(_tree(config)):
+    for inner in list(config_tree(config)):
         declared = getattr(inner, "sub_configs_defaults", None) or {}
         for name, spec in declared.items():
             if getattr(inner, name, "absent") is not None:
@@ -288,7 +306,7 @@ def _fill(root: Any, class_name: str, name: str) -> bool:
     (the composite config that sets it on its sub-configs), else the config's own field
     ``name`` ends with (``shared_expert_intermediate_size``: ``intermediate_size``; RoPE's
     ``rope_theta``: its RoPE table's). Returns whether any was set."""
-    targets = [c for c in _tree(root) if type(c).__name__ == class_name]
+    targets = [c for c in config_tree(root) if type(c).__name__ == class_name]
     if not targets:
         return False
     own = config_field(targets[0], _OWN.get(name, ""))
@@ -306,7 +324,7 @@ def _fill(root: Any, class_name: str, name: str) -> bool:
 
 
 def _beside(root: Any, targets: list[Any], name: str) -> Any:
-    for other in _tree(root):
+    for other in config_tree(root):
         if other not in targets:
             rope = config_field(other, "rope_parameters")
             value = config_field(other, name)
@@ -364,12 +382,12 @@ def _own_kind(config: Any, name: str) -> Any:
     return None
 
 
-def _tree(config: Any) -> Iterator[Any]:
+def config_tree(config: Any) -> Iterator[Any]:
     """``config`` and its sub-configs, depth first."""
     yield config
     for value in list(vars(config).values()):
         if hasattr(value, "to_dict") and hasattr(value, "model_type"):
-            yield from _tree(value)
+            yield from config_tree(value)
 
 
 def config_field(config: Any, name: str) -> Optional[Any]:

@@ -153,6 +153,11 @@ def waveform(make: Maker, inputs: Inputs) -> Inputs:
     return {"input_values": make.floats(1, 1, SAMPLES)}
 
 
+def video(make: Maker, inputs: Inputs) -> Inputs:
+    """A video beside another main input: (batch, frames, channels, height, width)."""
+    return {"pixel_values_videos": make.video()}
+
+
 def flattened_patches(make: Maker, inputs: Inputs) -> Inputs:
     """Pix2Struct's patches: each row's and column's index, then its flattened pixels."""
     width = as_int(find(make.config, "patch_embed_hidden_size"), make.hidden)

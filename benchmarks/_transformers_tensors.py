@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from _transformers_fill import config_tree
+
 # Sequence length of token inputs and of generic feature sequences.
 SEQUENCE = 8
 # Audio samples: a tenth of this first (a wav2vec2-style feature encoder's strides take
@@ -41,6 +43,9 @@ _FEATURE_WIDTHS = (
 # Config fields naming the token that stands for an image's (a video's) features.
 _QUERY_TOKENS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
 
+# The model type of a config wrapping a timm model.
+_TIMM_WRAPPER = "timm_wrapper"
+
 # Suffixes of ``forward`` arguments that take integers (token ids, indices).
 _INTEGER_SUFFIXES = ("_ids", "_idx", "_index", "_indices")
 
@@ -68,6 +73,25 @@ def as_int(value: Any, default: int) -> int:
     )
 
 
+def _timm_image_size(config: Any) -> Any:
+    """The image size of the first timm model ``config``'s tree wraps (a video encoder's
+    vision tower): its ``img_size`` argument, else its pretrained config's input size (a
+    ViT's position table fixes it); None where it wraps none, or timm does not load."""
+    for inner in config_tree(config):
+        if getattr(inner, "model_type", None) != _TIMM_WRAPPER:
+            continue
+        size = (getattr(inner, "model_args", None) or {}).get("img_size")
+        if size is not None:
+            return size
+        try:
+            import timm
+
+            return list(timm.get_pretrained_cfg(inner.architecture).input_size[-2:])
+        except Exception:
+            return None
+    return None
+
+
 class Maker:
     """Tensors for one model: its config's sizes, one seeded generator."""
 
@@ -80,7 +104,7 @@ class Maker:
         vocab = as_int(find(config, "vocab_size"), 100)
         self.vocab = max(2, min(vocab, 100))
         self.channels = as_int(find(config, "num_channels"), 3)
-        size = find(config, "image_size")
+        size = find(config, "image_size") or _timm_image_size(config)
         if isinstance(size, dict):
             size = size.get("height") or size.get("shortest_edge")
         pair = size if isinstance(size, (list, tuple)) and len(size) == 2 else (size, size)
@@ -204,6 +228,8 @@ class Maker:
             return torch.ones(1, *self.image, dtype=torch.long)
         if "mask" in name:
             return torch.ones(1, sequence, dtype=torch.long)
+        if name == "pixel_values_videos":
+            return self.video()
         if "pixel_values" in name:
             return self.pixels()
         if name.endswith("time_features"):

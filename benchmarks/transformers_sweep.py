@@ -137,15 +137,21 @@ class Transformers(Library):
         raise OutOfReach(stage, reason, tried=[f"{s}: {r}" for s, r in failed])
 
     def versions(self) -> str:
+        """transformers', torch's and executorch's versions; torchvision's and timm's too
+        where installed (the classes that wrap timm build only beside them)."""
         import torch
         import transformers
 
         from xnnfold._releases import installed_version
 
-        return (
-            f"transformers {transformers.__version__}, torch {torch.__version__.split('+')[0]}, "
-            f"executorch {installed_version('executorch')}"
-        )
+        found = [f"transformers {transformers.__version__}", f"torch {torch.__version__}"]
+        found += [
+            f"{package} {version}"
+            for package in ("torchvision", "timm", "executorch")
+            for version in [installed_version(package)]
+            if version is not None
+        ]
+        return ", ".join(part.split("+")[0] for part in found)
 
     def method(self) -> str:
         return (

@@ -209,7 +209,8 @@ def run(
 ) -> None:
     """Sweep ``classes`` in ``jobs`` workers, appending to the library's results; a class
     already there is skipped, unless only screened (`CANDIDATE`) and this run lowers, or
-    named in ``again``.
+    named in ``again``. Each line records the stack it was swept under
+    (`Library.versions`, here as in the workers: they run this interpreter).
 
     Stock's partitioner (and, where ``extra``, the library's extra path) run for every
     class where ``compare_all`` or `Library.stock_for_every_class`, else for the first
@@ -235,6 +236,7 @@ def run(
             ranked.append(((turn[group], index), (group, name)))
         pending = [item for _, item in sorted(ranked)]
     print(f"{len(classes)} classes, {len(classes) - len(pending)} already done", flush=True)
+    stack = library.versions()
     work: queue.Queue[tuple[int, str, str]] = queue.Queue()
     for index, (group, name) in enumerate(pending, 1):
         work.put((index, group, name))
@@ -262,7 +264,7 @@ def run(
                     compared.add(group)
                 if _both_stopped(result):
                     slow.setdefault(group, name)
-                append(library.results, result)
+                append(library.results, {**result, "stack": stack})
                 print(
                     f"[{index}/{len(pending)}] {name}: {result['status']}"
                     f" {result.get('reason', '')[:100]} ({result.get('seconds', '-')} s)",

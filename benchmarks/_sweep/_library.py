@@ -108,7 +108,9 @@ class Library:
         raise NotImplementedError
 
     def versions(self) -> str:
-        """The library's, torch's and executorch's versions, for the report's header."""
+        """The library's, torch's and executorch's versions (and those of any package its
+        classes need), for the report's header and each result line's ``stack``: the
+        report names the classes swept under a stack other than its own."""
         raise NotImplementedError
 
     def method(self) -> str:

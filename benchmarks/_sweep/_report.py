@@ -182,12 +182,13 @@ def report(
         p.replace(" (exporter)", "") for ps in flagged.values() for p in ps
     )
     ratios = _ratios(list(seen.values()))
+    versions = library.versions()
     lines = [
         f"# {library.title} swept for computed-weight GEMMs",
         "",
         f"Written by `{library.results.name.replace('_results.jsonl', '.py')} --report` from "
         f"`{library.results.name}` (the commands are in benchmarks/README.md). "
-        f"{library.versions()}. {library.method()} Latency is the median of interleaved calls "
+        f"{versions}. {library.method()} Latency is the median of interleaved calls "
         "through executorch.runtime on a shared 2-core machine (compare within a row only; "
         "'(alone)': the two programs did not fit in a worker's memory together, each was "
         "timed alone); "
@@ -204,6 +205,7 @@ def report(
     ]
     for status, count in sorted(counts.items()):
         lines.append(f"  - {status}: {count}")
+    lines += _other_stacks(library.nouns, seen, versions)
     lines += [
         f"- candidates lowered: {len(lowered)}",
         f"- {library.nouns} with a computed-weight GEMM (`explain`, either path): "
@@ -281,6 +283,20 @@ def report(
         ]
     lines += _out_of_reach(library.nouns, [r for r in seen.values() if r["status"] == SKIPPED])
     return "\n".join(lines) + "\n"
+
+
+def _other_stacks(nouns: str, seen: dict[str, dict[str, Any]], versions: str) -> list[str]:
+    """A bullet per stack other than the report's (``versions``) that some class's latest
+    line was swept under, naming the classes; a line without a ``stack`` is read as the
+    report's own."""
+    by_stack: dict[str, list[str]] = collections.defaultdict(list)
+    for name, result in sorted(seen.items()):
+        if result.get("stack", versions) != versions:
+            by_stack[result["stack"]].append(name)
+    return [
+        f"- {nouns} swept under {stack}, not the stack above: {len(names)} ({', '.join(names)})"
+        for stack, names in sorted(by_stack.items())
+    ]
 
 
 def _out_of_reach(nouns: str, skipped: list[dict[str, Any]]) -> list[str]:

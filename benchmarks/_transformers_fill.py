@@ -54,6 +54,14 @@ REQUIRED: dict[str, Any] = {
     "scale_factor_list": [1, 2, 4, 8],
     # DBRX clamps its queries, keys and values with it unconditionally: its checkpoints'.
     "clip_qkv": 8.0,
+    # A QSA token indexer (Qwen4-Exp's, in every layer of a type its default layers have):
+    # one key head, as its config requires; heads as wide as the attention's, which its
+    # RoPE must fit; a budget of two blocks of four tokens.
+    "indexer_n_heads": 2,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 256,
+    "indexer_budget": 8,
+    "indexer_compress_ratio": 4,
 }
 # Flags a model class checks its config for, which the config class's defaults leave
 # off: what the class's own checkpoints set. Keyed by class name as a last resort: the

@@ -15,6 +15,7 @@ import inspect
 from typing import Any, Iterator
 
 from _transformers_companions import COMPANIONS, with_companions
+from _transformers_constants import constants
 from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
 
@@ -36,6 +37,11 @@ def _main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {"input_ids": ids, "pixel_values": make.pixels()}
         yield {"input_ids": ids, "attention_mask": make.torch.ones_like(ids)}
     elif name == "pixel_values":
+        queried = make.ids_with_queries()
+        if queried is not None and "input_ids" in parameters:
+            # Text holding a placeholder for each query of the model's query former.
+            yield {name: make.pixels(), "input_ids": queried}
+            yield {name: make.video(), "input_ids": make.ids_with_queries(make.frames)}
         yield {name: make.pixels()}
         if getattr(config, "num_frames", None) or find(config, "num_frames"):
             yield {name: make.video()}
@@ -106,15 +112,22 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             # Decoder ids as long as the input ids: a head pooling the decoder's states at
             # the input's end-of-sequence tokens (T5's classifier).
             yield {"input_ids": ids, "decoder_input_ids": ids}
+        total = as_int(find(config, "n_codes_total"), 0)
+        if total:
+            # Ids of every codebook of each step: (batch, sequence, codebooks) (Bark's
+            # fine model, which embeds each codebook's ids and sums them).
+            yield {"input_ids": make.ids(SEQUENCE * total).view(1, SEQUENCE, total)}
         if "inputs_embeds" in parameters:
             # A model that embeds no ids of its own (a talker, a text-to-unit encoder).
             yield {"inputs_embeds": make.floats(1, SEQUENCE, make.hidden)}
     elif name == "pixel_values":
-        queried = make.ids_with_queries()
-        if queried is not None and "input_ids" in parameters:
-            yield {name: make.pixels(), "input_ids": queried}
-            yield {name: make.video(), "input_ids": queried}
         yield from _more_patches(parameters, make)
+        grid = as_int(find(config, "num_patches"), 0)
+        levels = find(config, "channel_multiplier")
+        if grid and isinstance(levels, (list, tuple)) and levels:
+            # An image the size a VQ-VAE's latent grid implies: its side times the
+            # encoder's downsampling, a half at each level after the first (Janus').
+            yield {name: make.pixels(grid * 2 ** (len(levels) - 1))}
         if "prompt_pixel_values" in parameters:
             # A prompt stacked above the image fills the config's size (SegGPT's).
             height, width = make.image
@@ -172,6 +185,16 @@ def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
             images.unsqueeze(0),
         ):
             yield {pixels: layout, grid: thw}
+        # One channels-last image a merged token, the grid counted in merged tokens
+        # (Inkling 2's).
+        merge = as_int(find(make.config, "spatial_merge_size"), 2)
+        tokens = side // merge
+        merged = make.floats(tokens * tokens, patch * merge, patch * merge, channels)
+        yield {pixels: merged, grid: make.torch.tensor([[1, tokens, tokens]])}
+    else:
+        # Each patch a channels-last tube of the frames it spans (Inkling's).
+        frames = as_int(find(make.config, "temporal_patch_size"), 1)
+        yield {pixels: make.floats(count, frames, patch, patch, channels)}
     width = make.patch_width(temporal=False)
     yield {pixels: make.floats(1, count, width)}
     # The patches of one image at the config's size.
@@ -187,8 +210,10 @@ def _main_name(model: Any, parameters: Any) -> str:
     name = getattr(model, "main_input_name", "input_ids")
     if isinstance(name, (list, tuple)):
         name = name[0]
-    if name not in parameters:
-        name = next((n for n, p in parameters.items() if p.kind in _NAMED), name)
+    fixed = constants(model)
+    if name not in parameters or name in fixed:
+        # Not a Python number bound to the model (`constants`): the first tensor argument.
+        name = next((n for n, p in parameters.items() if p.kind in _NAMED and n not in fixed), name)
     return str(name)
 
 
@@ -252,10 +277,11 @@ def _completed(
     model: Any, main: dict[str, Any], parameters: Any, make: Maker
 ) -> Iterator[dict[str, Any]]:
     """``main`` completed with what ``forward`` requires (`candidate_inputs`)."""
+    fixed = constants(model)
     required = [
         name
         for name, p in parameters.items()
-        if p.default is inspect.Parameter.empty and p.kind in _NAMED
+        if p.default is inspect.Parameter.empty and p.kind in _NAMED and name not in fixed
     ]
     inputs = {k: v for k, v in main.items() if k in parameters or _takes_kwargs(parameters)}
     if not inputs:

@@ -31,6 +31,7 @@ from _sweep._report import row, table_head
 from _sweep._results import NOT_A_MODEL
 from _sweep._screen import compare, leaves
 from _transformers_configs import at_level, LEVELS, SCALE
+from _transformers_constants import bound, constants
 from _transformers_fill import construct, default_config, keep_class_fields
 from _transformers_inputs import candidate_inputs
 
@@ -121,14 +122,18 @@ class Transformers(Library):
                     facts["weight_norm_applied"] = True
                 stage = "inputs"
                 first = ""
+                fixed = constants(model)
+                runner = bound(model, fixed) if fixed else model
+                if fixed:
+                    facts["constants"] = fixed
                 for candidate in candidate_inputs(model):
                     try:
                         with torch.no_grad():
-                            output = model(**candidate)
+                            output = runner(**candidate)
                     except Exception as error:
                         first = first or f"{type(error).__name__}: {error}"
                         continue
-                    return Built(model, candidate, leaves(output), facts)
+                    return Built(runner, candidate, leaves(output), facts)
                 failed.append((stage, first or "no candidate inputs"))
             except Exception as error:
                 failed.append((stage, f"{type(error).__name__}: {error}"))

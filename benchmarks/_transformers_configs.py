@@ -20,11 +20,8 @@ from _transformers_fill import complete, PER_LAYER, REQUIRED
 from _transformers_fit import (
     fit_expert_groups,
     fit_feature_sizes,
-    fit_hook_layers,
     fit_latent_attention,
-    fit_layer_roles,
     fit_mirrored_lists,
-    fit_out_indices,
     fit_parts,
     fit_per_layer,
     fit_pixel_shuffle,
@@ -33,9 +30,15 @@ from _transformers_fit import (
     fit_stage_heads,
     fit_stage_widths,
     fit_sub_widths,
+    fit_summed_widths,
     mirrored_lists,
 )
-from _transformers_layers import fit_intermediate_layers
+from _transformers_layers import (
+    fit_hook_layers,
+    fit_intermediate_layers,
+    fit_layer_roles,
+    fit_out_indices,
+)
 from _transformers_tokens import fit_answer_tokens, fit_media_tokens
 
 # Integer config fields, by name: the cap each is shrunk to.
@@ -270,6 +273,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_out_indices(config)
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
+    fit_summed_widths(before, widths, config)
     fit_every_stage_out(config)
     fit_stage_channels(config)
     fit_hook_layers(config)

@@ -1,12 +1,16 @@
-"""Arguments a transformers model's ``forward`` requires as Python numbers, not tensors
-(Bark's fine model's ``codebook_idx``, which it branches on and indexes its heads by):
-the sweep binds each to the model as a constant of its program, as a caller exporting it
-would, and feeds the tensors alone.
+"""Arguments of a transformers model's ``forward`` that are not tensors.
+
+A Python number it requires (Bark's fine model's ``codebook_idx``, which it branches on
+and indexes its heads by): the sweep binds each to the model as a constant of its
+program, as a caller exporting it would, and feeds the tensors alone. Another model's
+cache or key-value states, or a structure of the model's own (`object_arguments`): the
+sweep cannot give them, and a class that needs one says so.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 from _transformers_tensors import as_int, find
@@ -17,6 +21,10 @@ _FROM_CONFIG = {"codebook_idx": "n_codes_given"}
 # A Python-number argument's value where the config gives none.
 _DEFAULT = 1
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+# Type names an argument the sweep can feed admits: a tensor, or a number it binds.
+_TENSOR_LIKE = frozenset(
+    {"Tensor", "LongTensor", "FloatTensor", "BoolTensor", "IntTensor", "int", "float", "bool"}
+)
 
 
 def constants(model: Any) -> dict[str, int]:
@@ -47,3 +55,43 @@ def bound(model: Any, fixed: dict[str, int]) -> Any:
             return self.model(**inputs, **fixed)
 
     return Bound().eval()
+
+
+def object_arguments(model: Any, error: str) -> list[str]:
+    """The arguments of ``model.forward`` that take no tensor (another model's cache or
+    key-value states, a structure of its own: an annotation with neither a tensor nor a
+    number in it) that ``forward`` requires or ``error`` names, each as ``name
+    (annotation)``: inputs the sweep, which feeds tensors, cannot give."""
+    found = []
+    for name, parameter in inspect.signature(model.forward).parameters.items():
+        if parameter.kind not in _NAMED or parameter.annotation is inspect.Parameter.empty:
+            continue
+        kinds = _kinds(parameter.annotation)
+        if not kinds or kinds & _TENSOR_LIKE:
+            continue
+        required = parameter.default is inspect.Parameter.empty
+        if required or re.search(rf"\b{name}\b", error):
+            found.append(f"`{name}` ({' | '.join(sorted(kinds))})")
+    return found
+
+
+def _kinds(annotation: Any) -> set[str]:
+    """The names of the types a (union) annotation admits, None left out; a generic
+    alias by its origin (``dict[str, ...]``: ``dict``)."""
+    import typing
+
+    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    names = set()
+    for member in members:
+        if member is type(None):
+            continue
+        origin = typing.get_origin(member) or member
+        names.add(getattr(origin, "__name__", str(origin)))
+    return names
+
+
+def _is_union(annotation: Any) -> bool:
+    import types
+    import typing
+
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)

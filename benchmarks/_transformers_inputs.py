@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Iterator
 
-from _transformers_companions import COMPANIONS, with_companions
+from _transformers_companions import COMPANIONS, passed_through, with_companions
 from _transformers_constants import constants
 from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
@@ -154,6 +154,12 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             yield {name: make.ids(SEQUENCE * codebooks).view(1, SEQUENCE, codebooks)}
     elif name not in ("pixel_values_videos", "past_values", "audio_values", "waveform"):
         yield {name: make.floats(1, make.hidden, SEQUENCE)}
+        channels = _first_conv_channels(model)
+        if channels:
+            # A feature map for a model that convolves it first (a neck or head taken
+            # alone: UVDoc's bridge, PP-OCR's SVTR encoder), one row high, then square.
+            yield {name: make.floats(1, channels, 1, SEQUENCE)}
+            yield {name: make.floats(1, channels, SEQUENCE, SEQUENCE)}
         width = as_int(find(config, "input_size"), 0)
         if width:
             # Features at the width the config names as its input's (Phi-4's audio).
@@ -162,6 +168,14 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
         yield {name: make.floats(1, SAMPLES // 10)}
+
+
+def _first_conv_channels(model: Any) -> int:
+    """The input channels of ``model``'s first 2-D convolution, or 0 where it has none."""
+    import torch
+
+    conv = next((m for m in model.modules() if isinstance(m, torch.nn.Conv2d)), None)
+    return int(conv.in_channels) if conv is not None else 0
 
 
 def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
@@ -257,6 +271,7 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
     """
     parameters = inspect.signature(model.forward).parameters
     make = Maker(model.config)
+    through = passed_through(model, parameters)
     seen: list[dict[str, Any]] = []
     later: list[dict[str, Any]] = []
     for main in (*_main(model, make), *_more_main(model, make)):
@@ -266,7 +281,7 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
                 yield candidate
             # The companion's guess for an argument a name alone guessed before.
             own = {k: v for k, v in candidate.items() if k in main or k not in COMPANIONS}
-            later.append(with_companions(own, parameters, make))
+            later.append(with_companions(own, parameters, make, through))
     for candidate in later:
         if not any(_same(candidate, s) for s in seen):
             seen.append(candidate)
@@ -286,7 +301,7 @@ def _completed(
     inputs = {k: v for k, v in main.items() if k in parameters or _takes_kwargs(parameters)}
     if not inputs:
         return
-    sequence = _sequence(inputs)
+    sequence = _sequence(inputs, model.config)
     for name in required:
         inputs.setdefault(name, make.by_name(name, sequence))
     if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
@@ -311,12 +326,17 @@ def _takes_kwargs(parameters: Any) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
-def _sequence(inputs: dict[str, Any]) -> int:
+def _sequence(inputs: dict[str, Any], config: Any) -> int:
     """The sequence length the other inputs (masks, time features) take: the token ids',
-    or a time series' history."""
+    a time series' history, or a waveform's frames (its samples over the hop the config
+    gives: a codec's semantic features, one frame for each of its acoustic ones)."""
     for name in ("input_ids", "past_values"):
         if name in inputs:
             return int(inputs[name].shape[1 if name == "past_values" else -1])
+    waveform = inputs.get("input_values")
+    hop = as_int(find(config, "encoder_hop_length") or find(config, "hop_length"), 0)
+    if waveform is not None and waveform.dim() == 3 and hop:
+        return max(1, int(waveform.shape[-1]) // hop)
     return SEQUENCE
 
 

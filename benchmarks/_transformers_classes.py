@@ -1,6 +1,6 @@
 """Fields a transformers model class needs set in the config it is built from, which
 its config class's defaults leave otherwise: what the class's own checkpoints set (a
-flag, a layer count it needs over the shrunk one).
+flag, a layer count it needs over the shrunk one, widths that must differ).
 """
 
 from __future__ import annotations
@@ -42,6 +42,15 @@ CLASS_FIELDS: dict[str, dict[str, Any]] = {
     # output: two, the fewest that leave it one.
     "OneFormerModel": {"decoder_layers": 2},
     "OneFormerForUniversalSegmentation": {"decoder_layers": 2},
+    # Its decoder projects the task's features to its width only where the two differ,
+    # as in its checkpoints (512 and 256), and reads the projection whatever the widths:
+    # text and class embeddings twice as wide as the shrunk decoder.
+    "OmDetTurboForObjectDetection": {
+        "text_config": {"hidden_size": 64},
+        "text_projection_in_dim": 64,
+        "text_projection_out_dim": 64,
+        "class_embed_dim": 64,
+    },
     # Its decoder takes the states of four distinct encoder layers, at or after the one
     # merging the prompt's and the image's streams: five layers, merged after the first.
     "SegGptForImageSegmentation": {

@@ -18,6 +18,7 @@ from typing import Any
 from _transformers_backbones import fit_every_stage_out, fit_stage_channels
 from _transformers_fill import complete, PER_LAYER, REQUIRED
 from _transformers_fit import (
+    fit_aggregated_channels,
     fit_expert_groups,
     fit_feature_sizes,
     fit_latent_attention,
@@ -274,6 +275,7 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
     fit_summed_widths(before, widths, config)
+    fit_aggregated_channels(before, config)
     fit_every_stage_out(config)
     fit_stage_channels(config)
     fit_hook_layers(config)

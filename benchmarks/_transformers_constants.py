@@ -21,6 +21,11 @@ _FROM_CONFIG = {"codebook_idx": "n_codes_given"}
 # A Python-number argument's value where the config gives none.
 _DEFAULT = 1
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+# Arguments annotated as tensors that a class takes as another structure, by class.
+_UNANNOTATED = {
+    # Its preprocessor indexes its inputs by modality.
+    "PerceiverForMultimodalAutoencoding": ("`inputs` (dict: modality name to tensor)",),
+}
 # Type names an argument the sweep can feed admits: a tensor, or a number it binds.
 _TENSOR_LIKE = frozenset(
     {"Tensor", "LongTensor", "FloatTensor", "BoolTensor", "IntTensor", "int", "float", "bool"}
@@ -60,9 +65,9 @@ def bound(model: Any, fixed: dict[str, int]) -> Any:
 def object_arguments(model: Any, error: str) -> list[str]:
     """The arguments of ``model.forward`` that take no tensor (another model's cache or
     key-value states, a structure of its own: an annotation with neither a tensor nor a
-    number in it) that ``forward`` requires or ``error`` names, each as ``name
-    (annotation)``: inputs the sweep, which feeds tensors, cannot give."""
-    found = []
+    number in it, or `_UNANNOTATED`'s) that ``forward`` requires or ``error`` names, each
+    as ``name (annotation)``: inputs the sweep, which feeds tensors, cannot give."""
+    found = list(_UNANNOTATED.get(type(model).__name__, ()))
     for name, parameter in inspect.signature(model.forward).parameters.items():
         if parameter.kind not in _NAMED or parameter.annotation is inspect.Parameter.empty:
             continue

@@ -160,6 +160,19 @@ def fit_summed_widths(before: dict[str, Any], widths: dict[str, Any], config: An
                 setattr(config, name, now + sub)
 
 
+def fit_aggregated_channels(before: dict[str, Any], config: Any) -> None:
+    """Per-block channels whose last block takes the middle blocks' outputs concatenated
+    (an ECAPA-TDNN speaker encoder's ``enc_channels``: 768 after three blocks of 256)
+    keep that after capping: the last, the sum of the middle ones as capped."""
+    for name, value in before.items():
+        now = config_field(config, name)
+        if not _int_list(value) or len(value) < 3 or value[-1] != sum(value[1:-1]):
+            continue
+        if _int_list(now) and len(now) == len(value) and now[-1] != sum(now[1:-1]):
+            with contextlib.suppress(Exception):
+                setattr(config, name, [*now[:-1], sum(now[1:-1])])
+
+
 def fit_pixel_shuffle(config: Any) -> None:
     """A pixel shuffle folds the features of 1 / ratio² patches into one: the adapter
     after it takes the width over ratio² (Llama 4's vision ``intermediate_size``, which

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from _transformers_companions import COMPANIONS, passed_through, with_companions
 from _transformers_constants import constants
+from _transformers_special import SPECIAL
 from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
 
@@ -154,12 +155,6 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             yield {name: make.ids(SEQUENCE * codebooks).view(1, SEQUENCE, codebooks)}
     elif name not in ("pixel_values_videos", "past_values", "audio_values", "waveform"):
         yield {name: make.floats(1, make.hidden, SEQUENCE)}
-        channels = _first_conv_channels(model)
-        if channels:
-            # A feature map for a model that convolves it first (a neck or head taken
-            # alone: UVDoc's bridge, PP-OCR's SVTR encoder), one row high, then square.
-            yield {name: make.floats(1, channels, 1, SEQUENCE)}
-            yield {name: make.floats(1, channels, SEQUENCE, SEQUENCE)}
         width = as_int(find(config, "input_size"), 0)
         if width:
             # Features at the width the config names as its input's (Phi-4's audio).
@@ -168,6 +163,12 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
         yield {name: make.floats(1, SAMPLES // 10)}
+        channels = _first_conv_channels(model)
+        if channels:
+            # A feature map for a model that convolves it first (a neck or head taken
+            # alone: UVDoc's bridge, PP-OCR's SVTR encoder), one row high, then square.
+            yield {name: make.floats(1, channels, 1, SEQUENCE)}
+            yield {name: make.floats(1, channels, SEQUENCE, SEQUENCE)}
 
 
 def _first_conv_channels(model: Any) -> int:
@@ -183,7 +184,9 @@ def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
     try: each patch spanning two frames (a temporal patch the config leaves implicit),
     each patch an image of its own (channels, side, side), all of them one image's
     sequence (batch, patches, ...), or flattened without a grid (as many as the grid, or
-    as an image of the config's size holds)."""
+    as an image of the config's size holds); last, each merged token's patches one
+    channels-last image, the grid counted in merged tokens, or without a grid each patch
+    a channels-last tube of the frames it spans."""
     pixels = "pixel_values" if "pixel_values" in parameters else next(iter(parameters))
     grid = next((n for n in parameters if n.endswith("grid_thw")), None)
     side = make.grid_side()
@@ -199,6 +202,13 @@ def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
             images.unsqueeze(0),
         ):
             yield {pixels: layout, grid: thw}
+    width = make.patch_width(temporal=False)
+    yield {pixels: make.floats(1, count, width)}
+    # The patches of one image at the config's size.
+    height, across = (side // patch for side in make.image)
+    if height * across != count:
+        yield {pixels: make.floats(1, height * across, width)}
+    if grid is not None:
         # One channels-last image a merged token, the grid counted in merged tokens
         # (Inkling 2's).
         merge = as_int(find(make.config, "spatial_merge_size"), 2)
@@ -209,12 +219,6 @@ def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
         # Each patch a channels-last tube of the frames it spans (Inkling's).
         frames = as_int(find(make.config, "temporal_patch_size"), 1)
         yield {pixels: make.floats(count, frames, patch, patch, channels)}
-    width = make.patch_width(temporal=False)
-    yield {pixels: make.floats(1, count, width)}
-    # The patches of one image at the config's size.
-    height, across = (side // patch for side in make.image)
-    if height * across != count:
-        yield {pixels: make.floats(1, height * across, width)}
 
 
 def _main_name(model: Any, parameters: Any) -> str:
@@ -274,6 +278,12 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
     through = passed_through(model, parameters)
     seen: list[dict[str, Any]] = []
     later: list[dict[str, Any]] = []
+    special = SPECIAL.get(type(model).__name__)
+    if special is not None:
+        # What no name or config field describes (`_transformers_special`), first.
+        candidate = special(make)
+        seen.append(candidate)
+        yield candidate
     for main in (*_main(model, make), *_more_main(model, make)):
         for candidate in _completed(model, main, parameters, make):
             if not any(_same(candidate, s) for s in seen):

@@ -21,6 +21,8 @@ from _transformers_tensors import as_int, find, Maker, SEQUENCE
 
 # Entities of an entity-aware model (LUKE): two, for its entity-pair head.
 ENTITIES = 2
+# Class names an open-vocabulary detector looks for in an image.
+_CLASSES = 2
 
 Inputs = dict[str, Any]
 Companion = Callable[[Maker, Inputs], Inputs]
@@ -191,6 +193,31 @@ def _layout_boxes(make: Maker, inputs: Inputs) -> Inputs:
     return {"boxes": boxes, "mask": make.torch.ones(1, media.REGIONS, dtype=make.torch.bool)}
 
 
+def _timestep_embeds(make: Maker, inputs: Inputs) -> Inputs:
+    """The flow timestep's embedding an action expert conditions its norms on, at the
+    expert's width (PI0.5's, which its model passes through to the expert)."""
+    expert = getattr(make.config, "dit_config", None)
+    width = as_int(getattr(expert, "hidden_size", None), make.hidden)
+    return {"timestep_embeds": make.floats(1, width)}
+
+
+def _task_inputs(make: Maker, inputs: Inputs) -> Inputs:
+    """The task prompt's token ids ("the task is semantic"), padded to the config's
+    task length: a universal segmenter's task MLP takes them whole (OneFormer's)."""
+    return {"task_inputs": make.ids(as_int(find(make.config, "task_seq_len"), SEQUENCE))}
+
+
+def _classes(make: Maker, inputs: Inputs) -> Inputs:
+    """Two class names to detect for the one image: their ids flattened over the batch,
+    and how many belong to each image (OmDet-Turbo's ``classes_structure``)."""
+    ids = make.ids().expand(_CLASSES, SEQUENCE).contiguous()
+    return {
+        "classes_input_ids": ids,
+        "classes_attention_mask": make.torch.ones_like(ids),
+        "classes_structure": make.torch.tensor([_CLASSES]),
+    }
+
+
 def _first_id(name: str) -> Companion:
     """The first entry of a table indexed by id (a speaker's, a language's)."""
 
@@ -254,6 +281,9 @@ COMPANIONS: dict[str, Companion] = {
     "spkr_id": _first_id("spkr_id"),
     "lang_id": _first_id("lang_id"),
     "codes": media.codes,
+    "task_inputs": _task_inputs,
+    "timestep_embeds": _timestep_embeds,
+    "classes_structure": _classes,
     "decoder_input_values": media.decoder_values,
 }
 
@@ -264,13 +294,39 @@ COMPANIONS: dict[str, Companion] = {
 _WHEN_REQUIRED = frozenset({"input_values", "bool_masked_pos"})
 
 
-def with_companions(inputs: Inputs, parameters: Any, make: Maker) -> Inputs:
-    """``inputs`` completed with every companion ``forward`` takes that they lack."""
+# Companions a sub-model requires that a model's caller gives it through ``**kwargs``
+# (the others a sub-model requires, its model makes itself: a Q-Former's image states).
+_PASSED_THROUGH = frozenset({"timestep_embeds"})
+
+
+def with_companions(
+    inputs: Inputs, parameters: Any, make: Maker, through: frozenset[str] = frozenset()
+) -> Inputs:
+    """``inputs`` completed with every companion ``forward`` takes that they lack, and
+    those of ``through`` (`passed_through`)."""
     full = dict(inputs)
-    for name, parameter in parameters.items():
+    required = inspect.Parameter("_", inspect.Parameter.KEYWORD_ONLY)
+    wanted = {**parameters, **{name: required for name in through}}
+    for name, parameter in wanted.items():
         optional = parameter.default is not inspect.Parameter.empty
         if name not in COMPANIONS or name in full or (optional and name in _WHEN_REQUIRED):
             continue
         made = COMPANIONS[name](make, full)
-        full.update({k: v for k, v in made.items() if k in parameters})
+        full.update({k: v for k, v in made.items() if k in wanted})
     return full
+
+
+def passed_through(model: Any, parameters: Any) -> frozenset[str]:
+    """Companions a sub-model of ``model`` requires (`_PASSED_THROUGH`) that ``forward``
+    does not declare and passes on through its ``**kwargs`` (PI0.5's action expert's
+    timestep embedding): none where ``forward`` takes no ``**kwargs``."""
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return frozenset()
+    found = set()
+    for child in model.children():
+        if not hasattr(child, "config"):
+            continue
+        for name, p in inspect.signature(child.forward).parameters.items():
+            if p.default is inspect.Parameter.empty and name in _PASSED_THROUGH:
+                found.add(name)
+    return frozenset(found - set(parameters))

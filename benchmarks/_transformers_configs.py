@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 from typing import Any
 
 from _transformers_backbones import fit_every_stage_out, fit_stage_channels
-from _transformers_fill import complete, modeling_source, PER_LAYER, REQUIRED
+from _transformers_fill import complete, PER_LAYER, REQUIRED
 from _transformers_fit import (
+    fit_aggregated_channels,
     fit_expert_groups,
     fit_feature_sizes,
-    fit_hook_layers,
     fit_latent_attention,
-    fit_layer_roles,
     fit_mirrored_lists,
-    fit_out_indices,
     fit_parts,
     fit_per_layer,
     fit_pixel_shuffle,
@@ -34,8 +31,16 @@ from _transformers_fit import (
     fit_stage_heads,
     fit_stage_widths,
     fit_sub_widths,
+    fit_summed_widths,
     mirrored_lists,
 )
+from _transformers_layers import (
+    fit_hook_layers,
+    fit_intermediate_layers,
+    fit_layer_roles,
+    fit_out_indices,
+)
+from _transformers_tokens import fit_answer_tokens, fit_media_tokens
 
 # Integer config fields, by name: the cap each is shrunk to.
 _EXACT_CAPS = {
@@ -95,6 +100,8 @@ _CHANNEL_SUFFIXES = (
     # thinker's whose states a talker takes).
     "hidden_size_global",
     "embedding_size",
+    # A convolution's output channels that a residual adds back (Phi-4's audio conformer).
+    "_out_channel",
 )
 _NOT_CHANNELS = ("kernel", "stride", "patch", "pad", "dilation", "head_dim", "mel", "in_dim")
 # Fields that count (layers, vocabularies, experts, positions): the only ones capped at
@@ -107,6 +114,11 @@ _COUNT_CAPS = {
     "num_kv_shared_layers": 0,
     # Object queries: a two-stage detector picks them among a shrunk image's few tokens.
     "num_queries": 8,
+    # Blocks of a stack (a conformer's, a folding trunk's and its structure module's),
+    # and the passes of a folding trunk over its own output (ESMFold's, where its
+    # caller gives none): one.
+    "num_blocks": 2,
+    "max_recycles": 1,
 }
 # Widths the "scaled" level divides, together, by `SCALE` (heads and counts kept, so
 # every ratio and divisibility among them holds).
@@ -134,10 +146,6 @@ SCALE = 4
 # Further widths the "scaled" level divides: attention's per-head sizes and low ranks
 # (multi-head latent attention's ``qk_rope_head_dim``, ``kv_lora_rank``, ...).
 _SCALED_SUFFIXES = ("head_dim", "_rank", "intermediate_size", "_hidden_size")
-# A model's read of a token index with a fallback: ``getattr(config, "x_token_index", 3)``.
-_TOKEN_FALLBACK = re.compile(r"""getattr\(config, ["'](\w+_token_index)["'], ([\d_]+)\)""")
-# Words naming a media placeholder token.
-_MEDIA = ("image", "video", "audio", "boi", "eoi", "boa", "eoa")
 # The configs tried in turn while the class fails to build or run eagerly.
 LEVELS = ("shrunk", "scaled", "counts", "default")
 
@@ -266,9 +274,12 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
     fit_out_indices(config)
     fit_parts(before, config)
     fit_sub_widths(before, widths, config)
+    fit_summed_widths(before, widths, config)
+    fit_aggregated_channels(before, config)
     fit_every_stage_out(config)
     fit_stage_channels(config)
     fit_hook_layers(config)
+    fit_intermediate_layers(config)
     fit_stage_heads(config)
     fit_stage_widths(before, config)
     fit_mirrored_lists(before, lists, config)
@@ -280,33 +291,11 @@ def at_level(config: Any, level: str, *, derive: bool = False) -> Any:
         token = getattr(config, name, None)
         if isinstance(vocab, int) and isinstance(token, int) and token >= vocab:
             setattr(config, name, vocab - 1)
-    _fit_answer_tokens(config)
+    fit_answer_tokens(config)
+    fit_media_tokens(config)
     if hasattr(config, "use_cache"):
         config.use_cache = False
     return config
-
-
-def _fit_answer_tokens(config: Any) -> None:
-    """Token indices a classifier reads its answers' logits at (ShieldGemma 2's yes and
-    no, which its model reads with a fallback where the config has none) within the
-    shrunk vocabulary, its own or its text config's, kept distinct (a media
-    placeholder's index is the inputs' to agree with, and is kept)."""
-    text = getattr(config, "text_config", None)
-    vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None)
-    source = modeling_source(type(config).__module__)
-    fallbacks = {n: int(v) for n, v in _TOKEN_FALLBACK.findall(source)}
-    names = [
-        n
-        for n, v in {**fallbacks, **vars(config)}.items()
-        if n.endswith("_token_index")
-        and not any(m in n for m in _MEDIA)
-        and isinstance(v, int)
-        and isinstance(vocab, int)
-        and v >= vocab
-    ]
-    for offset, name in enumerate(names, start=1):
-        with contextlib.suppress(Exception):
-            setattr(config, name, vocab - offset)
 
 
 def _is_config(value: Any) -> bool:

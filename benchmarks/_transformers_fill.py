@@ -1,10 +1,10 @@
 """Fields of a transformers config the sweep sets because its model needs them and the
 config class's defaults leave them unset: a config is otherwise not buildable.
 
-Three kinds. Fields a config leaves None (`complete`): a documented or model-code value
-(`REQUIRED`), a per-layer list from the layer types its model's code tests for, a
-per-layer-type RoPE table with an entry for each layer type. Flags a model class needs
-set in the config it is built from (`default_config`, `_CLASS_FIELDS`). Fields a model
+Two kinds (a third, the flags a model class needs, is `_transformers_classes`'). Fields a
+config leaves None (`complete`): a documented or model-code value (`REQUIRED`), a
+per-layer list from the layer types its model's code tests for, a per-layer-type RoPE
+table with an entry for each layer type. Fields a model
 reads that its config class does not declare (`construct`): a checkpoint's config carries
 them, or the composite config sets them on its sub-config; the sweep takes the same field
 of a config beside it, else the field of that config it names a kind of.
@@ -54,53 +54,14 @@ REQUIRED: dict[str, Any] = {
     "scale_factor_list": [1, 2, 4, 8],
     # DBRX clamps its queries, keys and values with it unconditionally: its checkpoints'.
     "clip_qkv": 8.0,
-}
-# EdgeTAM's checkpoints' RepViT backbone and its channels (timm's model is not shrunk):
-# the default config misspells the field (``archirecture``), leaving timm's ResNet-50.
-_EDGETAM = {
-    "backbone_config.architecture": "repvit_m1",
-    "backbone_channel_list": [384, 192, 96, 48],
-}
-# PerceptionLM's checkpoints' PE tower, two layers 64 wide: its projector reads the
-# tower's width off its timm arguments, which the default config leaves unset.
-_PE_TOWER = {
-    "architecture": "vit_pe_core_large_patch14_336",
-    "model_args": {"embed_dim": 64, "depth": 2, "img_size": [28, 28]},
-}
-# Flags a model class checks its config for, which the config class's defaults leave
-# off: what the class's own checkpoints set. Keyed by class name as a last resort: the
-# class is what needs them, and no config field says so.
-_CLASS_FIELDS: dict[str, dict[str, Any]] = {
-    "EsmForProteinFolding": {"is_folding_model": True},
-    "ReformerModelWithLMHead": {"is_decoder": True},
-    "T5GemmaEncoderModel": {"is_encoder_decoder": False},
-    # One image pair (NLVR2), as its checkpoint has it.
-    "ViltForImagesAndTextClassification": {"num_images": 2},
-    # The preprocessors' channels (261, 405) are the cross-attention's query-key width: one
-    # cross-attention head, as the checkpoints have it.
-    "PerceiverForImageClassificationFourier": {"num_cross_attention_heads": 1},
-    "PerceiverForMultimodalAutoencoding": {"num_cross_attention_heads": 1},
-    # Their text path runs the Q-Former on text, as their checkpoint (ITM) has it.
-    "Blip2TextModelWithProjection": {"qformer_config.use_qformer_text_input": True},
-    "Blip2ForImageTextRetrieval": {"qformer_config.use_qformer_text_input": True},
-    # A drafter reusing its target's keys and values has no per-layer inputs of its own,
-    # as its checkpoints' text config has it (its config class validates so).
-    "Gemma4AssistantForCausalLM": {
-        "text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}
-    },
-    # Its decode head takes four backbone features: four layers, each one's output.
-    "BeitForSemanticSegmentation": {"out_indices": [1, 2, 3, 4], "num_hidden_layers": 4},
-    # Their config's default lists no feature levels (`projector_scale_factors`, empty),
-    # from which the encoder then has nothing to take: one level at the backbone's own
-    # scale, as the smallest checkpoints have it.
-    "LwDetrModel": {"projector_scale_factors": [1.0]},
-    "LwDetrForObjectDetection": {"projector_scale_factors": [1.0]},
-    # A timm backbone names its timm model: the config's documented example's.
-    "TimmBackbone": {"backbone": "resnet50"},
-    "EdgeTamModel": {f"vision_config.{name}": value for name, value in _EDGETAM.items()},
-    "EdgeTamVisionModel": _EDGETAM,
-    "PerceptionLMModel": {"vision_config": _PE_TOWER},
-    "PerceptionLMForConditionalGeneration": {"vision_config": _PE_TOWER},
+    # A QSA token indexer (Qwen4-Exp's, in every layer of a type its default layers have):
+    # one key head, as its config requires; heads as wide as the attention's, which its
+    # RoPE must fit; a budget of two blocks of four tokens.
+    "indexer_n_heads": 2,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 256,
+    "indexer_budget": 8,
+    "indexer_compress_ratio": 4,
 }
 # Suffixes of per-layer lists: a type (attention, MLP, block) for each layer.
 PER_LAYER = ("layer_types", "layers_block_type", "block_types")
@@ -118,39 +79,6 @@ _MISSING = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
 _OWN = {"num_key_value_heads": "num_attention_heads"}
 # How many missing fields `construct` fills before it gives up.
 _MAX_FILLS = 8
-
-
-def default_config(model_class: type) -> Any:
-    """``model_class``'s config class's default instance, with the flags the class needs
-    (`_CLASS_FIELDS`; a dotted name is a sub-config's field) and the sub-configs its
-    class declares (`declared_sub_configs`)."""
-    from _transformers_backbones import declared_sub_configs
-
-    fields = _CLASS_FIELDS.get(model_class.__name__, {})
-    config = model_class.config_class(**{n: v for n, v in fields.items() if "." not in n})
-    declared_sub_configs(config)
-    return keep_class_fields(model_class, config)
-
-
-def keep_class_fields(model_class: type, config: Any) -> Any:
-    """``config`` (shrunk) with the fields ``model_class`` needs (`_CLASS_FIELDS`) set
-    again: a layer count the class needs is kept over the shrunk one (a mapping for a
-    sub-config sets its fields)."""
-    for path, value in _CLASS_FIELDS.get(model_class.__name__, {}).items():
-        *parents, name = path.split(".")
-        target = config
-        for parent in parents:
-            target = getattr(target, parent, None)
-        inner = getattr(target, name, None)
-        if isinstance(value, dict) and hasattr(inner, "to_dict"):
-            target, pairs = inner, value.items()
-        else:
-            pairs = [(name, value)]
-        for field, setting in pairs:
-            if target is not None:
-                with contextlib.suppress(Exception):
-                    setattr(target, field, copy.deepcopy(setting))
-    return config
 
 
 def complete(config: Any) -> None:

@@ -124,21 +124,6 @@ def fit_parts(before: dict[str, Any], config: Any) -> None:
                 setattr(config, name, type(value)(_split(now, list(value))))
 
 
-def fit_layer_roles(before: dict[str, Any], config: Any) -> None:
-    """Counts of the last layers given a role (EoMT's ``num_blocks``, the layers that
-    also process its queries) no more than the shrunk layers; layers that all reuse
-    another model's keys and values (an assistant's ``num_kv_shared_layers``) all of
-    the shrunk layers."""
-    layers, role = config_field(config, "num_hidden_layers"), config_field(config, "num_blocks")
-    if isinstance(layers, int) and isinstance(role, int) and role > layers:
-        with contextlib.suppress(Exception):
-            config.num_blocks = layers
-    shared = before.get("num_kv_shared_layers")
-    if isinstance(shared, int) and shared and shared == before.get("num_hidden_layers"):
-        with contextlib.suppress(Exception):
-            config.num_kv_shared_layers = layers
-
-
 def fit_sub_widths(before: dict[str, Any], widths: dict[str, Any], config: Any) -> None:
     """Input widths that take a sub-config's hidden states (OmDet-Turbo's
     ``text_projection_in_dim``, its text encoder's width): a field named for an input
@@ -155,6 +140,39 @@ def fit_sub_widths(before: dict[str, Any], widths: dict[str, Any], config: Any) 
                     setattr(config, name, width)
 
 
+def fit_summed_widths(before: dict[str, Any], widths: dict[str, Any], config: Any) -> None:
+    """A width that takes the config's hidden states and a sub-config's side by side
+    (X-Codec 2's ``quantization_dim``: its acoustic and semantic widths concatenated),
+    its default their default sum, follows their shrunk sum."""
+    hidden = before.get("hidden_size")
+    if not isinstance(hidden, int):
+        return
+    for name, value in before.items():
+        if not name.endswith("_dim") or not isinstance(value, int) or isinstance(value, bool):
+            continue
+        sources = [s for s, w in widths.items() if isinstance(w, int) and w + hidden == value]
+        if len(sources) != 1:
+            continue
+        now = config_field(config, "hidden_size")
+        sub = config_field(config_field(config, sources[0]), "hidden_size")
+        if isinstance(now, int) and isinstance(sub, int) and now + sub != value:
+            with contextlib.suppress(Exception):
+                setattr(config, name, now + sub)
+
+
+def fit_aggregated_channels(before: dict[str, Any], config: Any) -> None:
+    """Per-block channels whose last block takes the middle blocks' outputs concatenated
+    (an ECAPA-TDNN speaker encoder's ``enc_channels``: 768 after three blocks of 256)
+    keep that after capping: the last, the sum of the middle ones as capped."""
+    for name, value in before.items():
+        now = config_field(config, name)
+        if not _int_list(value) or len(value) < 3 or value[-1] != sum(value[1:-1]):
+            continue
+        if _int_list(now) and len(now) == len(value) and now[-1] != sum(now[1:-1]):
+            with contextlib.suppress(Exception):
+                setattr(config, name, [*now[:-1], sum(now[1:-1])])
+
+
 def fit_pixel_shuffle(config: Any) -> None:
     """A pixel shuffle folds the features of 1 / ratio² patches into one: the adapter
     after it takes the width over ratio² (Llama 4's vision ``intermediate_size``, which
@@ -164,31 +182,6 @@ def fit_pixel_shuffle(config: Any) -> None:
     if isinstance(ratio, float) and 0 < ratio < 1 and isinstance(width, int):
         with contextlib.suppress(Exception):
             config.intermediate_size = round(width / ratio**2)
-
-
-def fit_out_indices(config: Any) -> None:
-    """The layers a backbone or a dense-prediction neck takes features from (a
-    backbone's ``out_indices``, DPT's ``backbone_out_indices``) within the shrunk layers:
-    as many, the last ones, the layer count raised to how many there are where it is
-    smaller (each must be a distinct layer's output)."""
-    layers = config_field(config, "num_hidden_layers")
-    fields = vars(config)
-    for name in ("_out_indices", "backbone_out_indices"):
-        indices = fields.get(name)
-        if not isinstance(layers, int) or not isinstance(indices, list) or not indices:
-            continue
-        if not all(isinstance(i, int) for i in indices) or max(indices) <= layers:
-            continue
-        count = max(layers, len(indices))
-        fitted = list(range(count - len(indices) + 1, count + 1))
-        with contextlib.suppress(Exception):
-            config.num_hidden_layers = count
-            if name == "backbone_out_indices":
-                config.backbone_out_indices = fitted
-                continue
-            config.stage_names = ["stem"] + [f"stage{i}" for i in range(1, count + 1)]
-            config._out_indices = fitted
-            config._out_features = [f"stage{i}" for i in fitted]
 
 
 def fit_expert_groups(config: Any) -> None:
@@ -233,31 +226,6 @@ def _mrope_default(config_module: str) -> Optional[tuple[int, ...]]:
     if found:
         return tuple(int(n) for n in found.group(1).split(","))
     return _MROPE_AXES if _MROPE_REQUIRED in source else None
-
-
-def fit_hook_layers(config: Any) -> None:
-    """The layers whose hidden states a model hooks (DepthPro's ``intermediate_hook_ids``,
-    indices into its encoders' layers, its own or, where it has none, its sub-configs')
-    within the shrunk layers: the last ones, in the order the hooks rank them (each must
-    be a distinct layer's output)."""
-    layers = config_field(config, "num_hidden_layers")
-    if not isinstance(layers, int):
-        counts = [
-            config_field(v, "num_hidden_layers")
-            for v in vars(config).values()
-            if hasattr(v, "to_dict") and isinstance(config_field(v, "num_hidden_layers"), int)
-        ]
-        layers = min(counts) if counts else None
-    for name, ids in list(vars(config).items()):
-        if not name.endswith("hook_ids") or not isinstance(layers, int):
-            continue
-        if not isinstance(ids, (list, tuple)) or not all(isinstance(i, int) for i in ids):
-            continue
-        if not ids or max(ids) < layers or len(set(ids)) > layers:
-            continue
-        ranks = {i: layers - len(set(ids)) + r for r, i in enumerate(sorted(set(ids)))}
-        with contextlib.suppress(Exception):
-            setattr(config, name, [ranks[i] for i in ids])
 
 
 def fit_scaled_patch(before: dict[str, int], config: Any, image: int) -> None:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import inspect
 from typing import Any, Iterator
 
-from _transformers_companions import COMPANIONS, with_companions
+from _transformers_companions import COMPANIONS, passed_through, with_companions
+from _transformers_constants import constants
+from _transformers_special import SPECIAL
 from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
 
@@ -36,6 +38,11 @@ def _main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {"input_ids": ids, "pixel_values": make.pixels()}
         yield {"input_ids": ids, "attention_mask": make.torch.ones_like(ids)}
     elif name == "pixel_values":
+        queried = make.ids_with_queries()
+        if queried is not None and "input_ids" in parameters:
+            # Text holding a placeholder for each query of the model's query former.
+            yield {name: make.pixels(), "input_ids": queried}
+            yield {name: make.video(), "input_ids": make.ids_with_queries(make.frames)}
         yield {name: make.pixels()}
         if getattr(config, "num_frames", None) or find(config, "num_frames"):
             yield {name: make.video()}
@@ -106,15 +113,22 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
             # Decoder ids as long as the input ids: a head pooling the decoder's states at
             # the input's end-of-sequence tokens (T5's classifier).
             yield {"input_ids": ids, "decoder_input_ids": ids}
+        total = as_int(find(config, "n_codes_total"), 0)
+        if total:
+            # Ids of every codebook of each step: (batch, sequence, codebooks) (Bark's
+            # fine model, which embeds each codebook's ids and sums them).
+            yield {"input_ids": make.ids(SEQUENCE * total).view(1, SEQUENCE, total)}
         if "inputs_embeds" in parameters:
             # A model that embeds no ids of its own (a talker, a text-to-unit encoder).
             yield {"inputs_embeds": make.floats(1, SEQUENCE, make.hidden)}
     elif name == "pixel_values":
-        queried = make.ids_with_queries()
-        if queried is not None and "input_ids" in parameters:
-            yield {name: make.pixels(), "input_ids": queried}
-            yield {name: make.video(), "input_ids": queried}
         yield from _more_patches(parameters, make)
+        grid = as_int(find(config, "num_patches"), 0)
+        levels = find(config, "channel_multiplier")
+        if grid and isinstance(levels, (list, tuple)) and levels:
+            # An image the size a VQ-VAE's latent grid implies: its side times the
+            # encoder's downsampling, a half at each level after the first (Janus').
+            yield {name: make.pixels(grid * 2 ** (len(levels) - 1))}
         if "prompt_pixel_values" in parameters:
             # A prompt stacked above the image fills the config's size (SegGPT's).
             height, width = make.image
@@ -149,6 +163,20 @@ def _more_main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
         yield {name: make.floats(1, 1, SAMPLES // 10)}
         yield {name: make.floats(1, 1, SAMPLES)}
         yield {name: make.floats(1, SAMPLES // 10)}
+        channels = _first_conv_channels(model)
+        if channels:
+            # A feature map for a model that convolves it first (a neck or head taken
+            # alone: UVDoc's bridge, PP-OCR's SVTR encoder), one row high, then square.
+            yield {name: make.floats(1, channels, 1, SEQUENCE)}
+            yield {name: make.floats(1, channels, SEQUENCE, SEQUENCE)}
+
+
+def _first_conv_channels(model: Any) -> int:
+    """The input channels of ``model``'s first 2-D convolution, or 0 where it has none."""
+    import torch
+
+    conv = next((m for m in model.modules() if isinstance(m, torch.nn.Conv2d)), None)
+    return int(conv.in_channels) if conv is not None else 0
 
 
 def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
@@ -156,7 +184,9 @@ def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
     try: each patch spanning two frames (a temporal patch the config leaves implicit),
     each patch an image of its own (channels, side, side), all of them one image's
     sequence (batch, patches, ...), or flattened without a grid (as many as the grid, or
-    as an image of the config's size holds)."""
+    as an image of the config's size holds); last, each merged token's patches one
+    channels-last image, the grid counted in merged tokens, or without a grid each patch
+    a channels-last tube of the frames it spans."""
     pixels = "pixel_values" if "pixel_values" in parameters else next(iter(parameters))
     grid = next((n for n in parameters if n.endswith("grid_thw")), None)
     side = make.grid_side()
@@ -178,6 +208,17 @@ def _more_patches(parameters: Any, make: Maker) -> Iterator[dict[str, Any]]:
     height, across = (side // patch for side in make.image)
     if height * across != count:
         yield {pixels: make.floats(1, height * across, width)}
+    if grid is not None:
+        # One channels-last image a merged token, the grid counted in merged tokens
+        # (Inkling 2's).
+        merge = as_int(find(make.config, "spatial_merge_size"), 2)
+        tokens = side // merge
+        merged = make.floats(tokens * tokens, patch * merge, patch * merge, channels)
+        yield {pixels: merged, grid: make.torch.tensor([[1, tokens, tokens]])}
+    else:
+        # Each patch a channels-last tube of the frames it spans (Inkling's).
+        frames = as_int(find(make.config, "temporal_patch_size"), 1)
+        yield {pixels: make.floats(count, frames, patch, patch, channels)}
 
 
 def _main_name(model: Any, parameters: Any) -> str:
@@ -187,8 +228,10 @@ def _main_name(model: Any, parameters: Any) -> str:
     name = getattr(model, "main_input_name", "input_ids")
     if isinstance(name, (list, tuple)):
         name = name[0]
-    if name not in parameters:
-        name = next((n for n, p in parameters.items() if p.kind in _NAMED), name)
+    fixed = constants(model)
+    if name not in parameters or name in fixed:
+        # Not a Python number bound to the model (`constants`): the first tensor argument.
+        name = next((n for n, p in parameters.items() if p.kind in _NAMED and n not in fixed), name)
     return str(name)
 
 
@@ -232,8 +275,15 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
     """
     parameters = inspect.signature(model.forward).parameters
     make = Maker(model.config)
+    through = passed_through(model, parameters)
     seen: list[dict[str, Any]] = []
     later: list[dict[str, Any]] = []
+    special = SPECIAL.get(type(model).__name__)
+    if special is not None:
+        # What no name or config field describes (`_transformers_special`), first.
+        candidate = special(make)
+        seen.append(candidate)
+        yield candidate
     for main in (*_main(model, make), *_more_main(model, make)):
         for candidate in _completed(model, main, parameters, make):
             if not any(_same(candidate, s) for s in seen):
@@ -241,7 +291,7 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
                 yield candidate
             # The companion's guess for an argument a name alone guessed before.
             own = {k: v for k, v in candidate.items() if k in main or k not in COMPANIONS}
-            later.append(with_companions(own, parameters, make))
+            later.append(with_companions(own, parameters, make, through))
     for candidate in later:
         if not any(_same(candidate, s) for s in seen):
             seen.append(candidate)
@@ -252,15 +302,16 @@ def _completed(
     model: Any, main: dict[str, Any], parameters: Any, make: Maker
 ) -> Iterator[dict[str, Any]]:
     """``main`` completed with what ``forward`` requires (`candidate_inputs`)."""
+    fixed = constants(model)
     required = [
         name
         for name, p in parameters.items()
-        if p.default is inspect.Parameter.empty and p.kind in _NAMED
+        if p.default is inspect.Parameter.empty and p.kind in _NAMED and name not in fixed
     ]
     inputs = {k: v for k, v in main.items() if k in parameters or _takes_kwargs(parameters)}
     if not inputs:
         return
-    sequence = _sequence(inputs)
+    sequence = _sequence(inputs, model.config)
     for name in required:
         inputs.setdefault(name, make.by_name(name, sequence))
     if getattr(model.config, "is_encoder_decoder", False) and "decoder_input_ids" in parameters:
@@ -285,12 +336,17 @@ def _takes_kwargs(parameters: Any) -> bool:
     return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
-def _sequence(inputs: dict[str, Any]) -> int:
+def _sequence(inputs: dict[str, Any], config: Any) -> int:
     """The sequence length the other inputs (masks, time features) take: the token ids',
-    or a time series' history."""
+    a time series' history, or a waveform's frames (its samples over the hop the config
+    gives: a codec's semantic features, one frame for each of its acoustic ones)."""
     for name in ("input_ids", "past_values"):
         if name in inputs:
             return int(inputs[name].shape[1 if name == "past_values" else -1])
+    waveform = inputs.get("input_values")
+    hop = as_int(find(config, "encoder_hop_length") or find(config, "hop_length"), 0)
+    if waveform is not None and waveform.dim() == 3 and hop:
+        return max(1, int(waveform.shape[-1]) // hop)
     return SEQUENCE
 
 

@@ -176,7 +176,12 @@ def codes(make: Maker, inputs: Inputs) -> Inputs:
 
 
 def decoder_values(make: Maker, inputs: Inputs) -> Inputs:
-    """A speech decoder's input: mel frames (SpeechT5)."""
+    """A speech decoder's input: mel frames (SpeechT5), or hidden states where the
+    encoder's input is hidden states (a model without pre-nets, which leaves both to
+    its caller)."""
+    encoder = inputs.get("input_values")
+    if encoder is not None and encoder.dim() == 3 and int(encoder.shape[-1]) == make.hidden:
+        return {"decoder_input_values": make.floats(1, 4, make.hidden)}
     bins = as_int(find(make.config, "num_mel_bins"), 80)
     return {"decoder_input_values": make.floats(1, 4, bins)}
 

@@ -26,6 +26,8 @@ _SUB_CONFIGS = (
     "backbone_config",
     "speech_config",
     "asr_config",
+    # A text-to-speech model's acoustic model beside its vocoder (FastSpeech 2's).
+    "model_config",
 )
 
 
@@ -39,6 +41,9 @@ _FEATURE_WIDTHS = (
     "n_mels",
     "mel_dim",
 )
+
+# Residue types a protein folding model's ids index: the 20 amino acids and unknown (X).
+_RESIDUE_TYPES = 21
 
 # Config fields naming the token that stands for an image's (a video's) features.
 _QUERY_TOKENS = ("image_token_id", "image_token_index", "video_token_id", "video_token_index")
@@ -102,6 +107,9 @@ class Maker:
         self.config = config
         self.generator = torch.Generator().manual_seed(1)
         vocab = as_int(find(config, "vocab_size"), 100)
+        if getattr(config, "is_folding_model", False):
+            # A folding model's ids are residue types, not its language model's tokens.
+            vocab = _RESIDUE_TYPES
         self.vocab = max(2, min(vocab, 100))
         self.channels = as_int(find(config, "num_channels"), 3)
         size = find(config, "image_size") or _timm_image_size(config)
@@ -121,16 +129,17 @@ class Maker:
             ids[:, -1] = eos
         return ids
 
-    def ids_with_queries(self) -> Any:
+    def ids_with_queries(self, frames: int = 1) -> Any:
         """Token ids led by one image (or video) token a query of the model's query former
-        (BLIP-2, InstructBLIP), where the config names both; else None."""
+        (BLIP-2, InstructBLIP) for each of ``frames`` frames, where the config names both;
+        else None."""
         tokens = (find(self.config, field) for field in _QUERY_TOKENS)
         token = next((t for t in tokens if t is not None), None)
         queries = as_int(find(self.config, "num_query_tokens"), 0)
         if not isinstance(token, int) or not queries:
             return None
         ids = self.ids()
-        return self.torch.cat([self.torch.full((1, queries), token), ids], dim=1)
+        return self.torch.cat([self.torch.full((1, queries * frames), token), ids], dim=1)
 
     def floats(self, *shape: int) -> Any:
         return self.torch.randn(*shape, generator=self.generator)

@@ -30,8 +30,10 @@ from _sweep._lowering import gemm_counts, interleaved
 from _sweep._report import row, table_head
 from _sweep._results import NOT_A_MODEL
 from _sweep._screen import compare, leaves
+from _transformers_classes import default_config, keep_class_fields
 from _transformers_configs import at_level, LEVELS, SCALE
-from _transformers_fill import construct, default_config, keep_class_fields
+from _transformers_constants import bound, constants, object_arguments
+from _transformers_fill import construct
 from _transformers_inputs import candidate_inputs
 
 HERE = Path(__file__).resolve().parent
@@ -121,14 +123,24 @@ class Transformers(Library):
                     facts["weight_norm_applied"] = True
                 stage = "inputs"
                 first = ""
+                fixed = constants(model)
+                runner = bound(model, fixed) if fixed else model
+                if fixed:
+                    facts["constants"] = fixed
                 for candidate in candidate_inputs(model):
                     try:
                         with torch.no_grad():
-                            output = model(**candidate)
+                            output = runner(**candidate)
                     except Exception as error:
                         first = first or f"{type(error).__name__}: {error}"
                         continue
-                    return Built(model, candidate, leaves(output), facts)
+                    return Built(runner, candidate, leaves(output), facts)
+                objects = object_arguments(model, first)
+                if objects:
+                    first = (
+                        f"needs {', '.join(objects)}: not a tensor (another model's state "
+                        f"or a structure of its own), which the sweep does not build; {first}"
+                    )
                 failed.append((stage, first or "no candidate inputs"))
             except Exception as error:
                 failed.append((stage, f"{type(error).__name__}: {error}"))

@@ -27,7 +27,7 @@ from _sweep._results import (
     SKIPPED,
     TIMED_OUT,
 )
-from _sweep._worker import LOWER, SCREEN, serve
+from _sweep._worker import LOWER, SCREEN, serve, WORKER_MEMORY
 
 # Timeouts, in CPU seconds of the worker (`_Worker.ask`).
 DEFAULT_TIMEOUT = 150.0
@@ -55,10 +55,10 @@ class _Outcome:
 class _Worker:
     """A worker process running the library's script with ``--worker``."""
 
-    def __init__(self, script: Path) -> None:
+    def __init__(self, script: Path, memory: int) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [sys.executable, str(script), "--worker"],
+            [sys.executable, str(script), "--worker", "--worker-memory", str(memory / 2**30)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -119,15 +119,16 @@ class _Worker:
 class _Pool:
     """One worker thread's worker process, replaced after one times out or dies."""
 
-    def __init__(self, script: Path, timeout: float, lowering_timeout: float) -> None:
+    def __init__(self, script: Path, timeout: float, lowering_timeout: float, memory: int) -> None:
         self.script = script
+        self.memory = memory
         self.timeout = timeout
         self.lowering_timeout = lowering_timeout
         self.current: Optional[_Worker] = None
 
     def ask(self, request: dict[str, Any]) -> _Outcome:
         if self.current is None:
-            self.current = _Worker(self.script)
+            self.current = _Worker(self.script, self.memory)
         outcome = self.current.ask(request, self.timeout, self.lowering_timeout)
         if outcome.result is None:
             self.close()
@@ -206,11 +207,13 @@ def run(
     screen_only: bool,
     extra: bool = True,
     again: frozenset[str] | set[str] = frozenset(),
+    memory: int = WORKER_MEMORY,
 ) -> None:
     """Sweep ``classes`` in ``jobs`` workers, appending to the library's results; a class
     already there is skipped, unless only screened (`CANDIDATE`) and this run lowers, or
     named in ``again``. Each line records the stack it was swept under
-    (`Library.versions`, here as in the workers: they run this interpreter).
+    (`Library.versions`, here as in the workers: they run this interpreter), and the
+    workers' address space (``memory`` bytes) where it is not `WORKER_MEMORY`.
 
     Stock's partitioner (and, where ``extra``, the library's extra path) run for every
     class where ``compare_all`` or `Library.stock_for_every_class`, else for the first
@@ -237,6 +240,7 @@ def run(
         pending = [item for _, item in sorted(ranked)]
     print(f"{len(classes)} classes, {len(classes) - len(pending)} already done", flush=True)
     stack = library.versions()
+    recorded_memory = {} if memory == WORKER_MEMORY else {"worker_memory_gib": memory / 2**30}
     work: queue.Queue[tuple[int, str, str]] = queue.Queue()
     for index, (group, name) in enumerate(pending, 1):
         work.put((index, group, name))
@@ -245,7 +249,7 @@ def run(
     every = compare_all or library.stock_for_every_class
 
     def serve_queue() -> None:
-        pool = _Pool(script, timeout, lowering_timeout)
+        pool = _Pool(script, timeout, lowering_timeout, memory)
         while True:
             try:
                 index, group, name = work.get_nowait()
@@ -264,7 +268,7 @@ def run(
                     compared.add(group)
                 if _both_stopped(result):
                     slow.setdefault(group, name)
-                append(library.results, {**result, "stack": stack})
+                append(library.results, {**result, "stack": stack, **recorded_memory})
                 print(
                     f"[{index}/{len(pending)}] {name}: {result['status']}"
                     f" {result.get('reason', '')[:100]} ({result.get('seconds', '-')} s)",
@@ -321,10 +325,17 @@ def main(library: Library) -> int:
     )
     parser.add_argument("--fresh", action="store_true", help="redo the names given")
     parser.add_argument("--report", action="store_true", help="write the markdown only")
+    parser.add_argument(
+        "--worker-memory",
+        type=float,
+        default=WORKER_MEMORY / 2**30,
+        help="GiB of address space per worker (recorded on each line where not the default)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    memory = int(args.worker_memory * 2**30)
     if args.worker:
-        return serve(library)
+        return serve(library, memory=memory)
     classes = library.discover()
     if args.report:
         library.table.write_text(report(library, read_results(library.results), classes))
@@ -354,5 +365,6 @@ def main(library: Library) -> int:
         compare_all=args.compare_all,
         screen_only=args.screen_only,
         extra=not args.no_extra,
+        memory=memory,
     )
     return 0

@@ -24,6 +24,7 @@ from _sweep._results import (
     SKIPPED,
     TIMED_OUT,
 )
+from _sweep._worker import WORKER_MEMORY
 
 # The problem of xnnfold's entry out of the worker's memory where stock's lowering is not.
 _OUT_OF_MEMORY_PROBLEM = "out of memory where stock's is not"
@@ -206,6 +207,7 @@ def report(
     for status, count in sorted(counts.items()):
         lines.append(f"  - {status}: {count}")
     lines += _other_stacks(library.nouns, seen, versions)
+    lines += _more_memory(library.nouns, seen)
     lines += [
         f"- candidates lowered: {len(lowered)}",
         f"- {library.nouns} with a computed-weight GEMM (`explain`, either path): "
@@ -296,6 +298,22 @@ def _other_stacks(nouns: str, seen: dict[str, dict[str, Any]], versions: str) ->
     return [
         f"- {nouns} swept under {stack}, not the stack above: {len(names)} ({', '.join(names)})"
         for stack, names in sorted(by_stack.items())
+    ]
+
+
+def _more_memory(nouns: str, seen: dict[str, dict[str, Any]]) -> list[str]:
+    """A bullet naming the classes swept in workers of more than the default address
+    space (``--worker-memory``), with it."""
+    named = [
+        f"{name} ({result['worker_memory_gib']:g} GiB)"
+        for name, result in sorted(seen.items())
+        if "worker_memory_gib" in result
+    ]
+    if not named:
+        return []
+    return [
+        f"- {nouns} swept in workers of more than {WORKER_MEMORY // 2**30} GiB "
+        f"(`--worker-memory`): {', '.join(named)}"
     ]
 
 

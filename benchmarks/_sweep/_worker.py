@@ -115,15 +115,16 @@ def sweep_class(library: Library, request: dict[str, Any]) -> dict[str, Any]:
     return {**result, "status": COMPUTED}
 
 
-def serve(library: Library) -> int:
-    """Answer the driver's requests until its pipe closes."""
+def serve(library: Library, *, memory: int = WORKER_MEMORY) -> int:
+    """Answer the driver's requests until its pipe closes, in ``memory`` bytes of address
+    space."""
     import logging
     import resource
     import warnings
 
     import torch
 
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY, WORKER_MEMORY))
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     # One thread each: two workers share two cores, and lowering times compare.
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")

@@ -216,21 +216,17 @@ def _calls(programs: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Callabl
     return {label: lambda run=run: run(list(args)) for label, run in programs.items()}
 
 
-def interleaved(
-    calls: dict[str, Callable[[], Any]], *, first_round_s: float | None = None
-) -> dict[str, float]:
+def interleaved(calls: dict[str, Callable[[], Any]]) -> dict[str, float]:
     """The median ms of each call, timed in turn: the order alternates every round.
 
-    ``first_round_s`` is how long one call of each took already (each was run once, so
-    warm); without it an untimed round measures that. Then `RUNS` rounds, or fewer for
-    slow programs.
+    An untimed round first warms each call and measures how long a round takes; then
+    `RUNS` rounds, or fewer for slow programs.
     """
     labels = list(calls)
-    if first_round_s is None:
-        start = time.perf_counter()
-        for label in labels:
-            calls[label]()
-        first_round_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for label in labels:
+        calls[label]()
+    first_round_s = time.perf_counter() - start
     runs = max(1, min(RUNS, int(TIMING_BUDGET_S / max(first_round_s, 1e-9))))
     if runs % 2 == 0:
         runs -= 1

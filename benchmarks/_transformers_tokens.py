@@ -22,10 +22,9 @@ _MEDIA_TOKEN = ("_token_index", "_token_id")
 def fit_answer_tokens(config: Any) -> None:
     """Token indices a classifier reads its answers' logits at (ShieldGemma 2's yes and
     no, which its model reads with a fallback where the config has none) within the
-    shrunk vocabulary, its own or its text config's, kept distinct (a media
-    placeholder's index is the inputs' to agree with, and is kept)."""
-    text = getattr(config, "text_config", None)
-    vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None)
+    shrunk vocabulary (`_vocabulary`), kept distinct (a media placeholder's index is the
+    inputs' to agree with, and is kept)."""
+    vocab = _vocabulary(config)
     source = modeling_source(type(config).__module__)
     fallbacks = {n: int(v) for n, v in _TOKEN_FALLBACK.findall(source)}
     names = [
@@ -45,10 +44,10 @@ def fit_answer_tokens(config: Any) -> None:
 def fit_media_tokens(config: Any) -> None:
     """A media placeholder token's index the config leaves None (BLIP-2's
     ``image_token_index``, which its model compares the input ids to) set to the last id
-    of the vocabulary, its own or its text config's, that no other special token holds:
-    its checkpoints append the placeholder after the text's tokens."""
+    of the vocabulary (`_vocabulary`) that no other special token holds: its checkpoints
+    append the placeholder after the text's tokens."""
     text = getattr(config, "text_config", None)
-    vocab = getattr(config, "vocab_size", None) or getattr(text, "vocab_size", None)
+    vocab = _vocabulary(config)
     if not isinstance(vocab, int):
         return
     fields = vars(config)
@@ -66,3 +65,9 @@ def fit_media_tokens(config: Any) -> None:
     for name in names:
         with contextlib.suppress(Exception):
             setattr(config, name, next(free))
+
+
+def _vocabulary(config: Any) -> Any:
+    """The vocabulary size of ``config``, its own or its text config's."""
+    own = getattr(config, "vocab_size", None)
+    return own or getattr(getattr(config, "text_config", None), "vocab_size", None)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from _sweep._library import Library
-from _sweep._lowering import STOCK, XNNFOLD
+from _sweep._lowering import LOAD_FAILED, STOCK, XNNFOLD
 from _sweep._report import report
 from _sweep._results import (
     append,
@@ -141,12 +141,14 @@ class _Pool:
 
     def sweep(self, request: dict[str, Any]) -> dict[str, Any]:
         """``request``'s result line; a class skipped, or a partitioner's entry failed, for
-        want of memory is retried once in a fresh worker (an earlier class may have
-        filled the worker's address space)."""
+        want of memory, or a program that did not load, is retried once in a fresh worker
+        (an earlier class may have filled the worker's address space). A program that
+        does not load in the fresh worker either is recorded as such: it counts as
+        unloadable, not as out of memory."""
         result = self._sweep(request)
         errors = [result.get("reason", "")] if result["status"] == SKIPPED else []
         errors += [entry.get("error", "") for entry in result.get("variants", {}).values()]
-        if any(out_of_memory(error) for error in errors):
+        if any(out_of_memory(error) or error.startswith(LOAD_FAILED) for error in errors):
             self.close()
             result = {**self._sweep(request), "retried": "in a fresh worker"}
         return result

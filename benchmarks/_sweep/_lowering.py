@@ -38,6 +38,11 @@ TOLERANCE = 1e-3
 # that leaves its GEMMs on portable can take seconds a call.
 RUNS = 7
 TIMING_BUDGET_S = 30.0
+# An entry's ``timed`` where its program, loaded and run against eager once, did not load
+# again for the timing.
+NOT_LOADED_AGAIN = "not loaded again"
+# How an entry's error starts where its program lowered but did not load or run.
+LOAD_FAILED = "load/run"
 
 
 def wrong(entry: dict[str, Any]) -> bool:
@@ -58,6 +63,25 @@ def gemm_counts(program: Any) -> dict[str, Any]:
             f"{row.module} ({row.code or 'no code'})" for row in report.outside if row.computed
         ],
     }
+
+
+def address_space_gib() -> dict[str, float]:
+    """This process's address space in use now and at its peak (GiB, from
+    ``/proc/self/status``, where there is one) and its limit (a worker's
+    ``RLIMIT_AS``, where set)."""
+    import resource
+
+    found = {}
+    limit, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if limit != resource.RLIM_INFINITY:
+        found["limit"] = round(limit / 2**30, 2)
+    status = Path("/proc/self/status")
+    lines = status.read_text().splitlines() if status.exists() else []
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key in ("VmSize", "VmPeak"):
+            found[key.removeprefix("Vm").lower()] = round(int(value.split()[0]) / 2**20, 2)
+    return found
 
 
 def _lowered(ep: Any, partitioner: Any, directory: Path) -> tuple[Any, tuple[Path, ...]]:
@@ -131,7 +155,10 @@ def lower_one(
         actual = loaded(list(args))
         entry["first_ms"] = round((time.perf_counter() - start) * 1000, 3)
     except Exception as error:
-        entry["error"] = f"load/run: {type(error).__name__}: {str(error)[:300]}"
+        entry["error"] = f"{LOAD_FAILED}: {type(error).__name__}: {str(error)[:300]}"
+        # A runtime that fails to load a method may be out of address space ("error:
+        # 0x1" from an allocation inside the delegate's init): what the worker held says.
+        entry["address_space_gib"] = address_space_gib()
         return entry, None
     entry["diff"], entry["scale"] = compare(actual, expected)
     return entry, load
@@ -206,8 +233,16 @@ def _timed(
     gc.collect()
     times = {}
     for label, load in loaders.items():
+        try:
+            program = load()
+        except (MemoryError, RuntimeError) as error:
+            # It loaded and ran once already: what failed is a second load, in what the
+            # lowerings left of the worker's address space. Its diff stands, untimed.
+            variants[label]["timed"] = f"{NOT_LOADED_AGAIN}: {type(error).__name__}: {error}"
+            continue
         variants[label]["timed"] = "alone"
-        times.update(interleaved(_calls({label: load()}, args)))
+        times.update(interleaved(_calls({label: program}, args)))
+        del program
         gc.collect()
     return times
 

@@ -13,7 +13,7 @@ import statistics
 from typing import Any
 
 from _sweep._library import Library
-from _sweep._lowering import STOCK, wrong, XNNFOLD
+from _sweep._lowering import LOAD_FAILED, NOT_LOADED_AGAIN, STOCK, wrong, XNNFOLD
 from _sweep._results import (
     CANDIDATE,
     COMPUTED,
@@ -65,7 +65,7 @@ def problems(result: dict[str, Any]) -> list[str]:
 
 def _unloadable(entry: dict[str, Any]) -> bool:
     error = entry.get("error", "")
-    return error.startswith("load/run") or "Failed to load" in error
+    return error.startswith(LOAD_FAILED) or "Failed to load" in error
 
 
 def computed(result: dict[str, Any]) -> int:
@@ -109,7 +109,10 @@ def _cell(entry: dict[str, Any], key: str, fmt: str) -> str:
 
 def _ms_cell(entry: dict[str, Any]) -> str:
     # A program timed alone: the two did not fit in a worker's memory together.
-    return _cell(entry, "ms", ".2f") + (" (alone)" if entry.get("timed") == "alone" else "")
+    timed = entry.get("timed", "")
+    if timed.startswith(NOT_LOADED_AGAIN):
+        return "untimed"
+    return _cell(entry, "ms", ".2f") + (" (alone)" if timed == "alone" else "")
 
 
 def _error_cell(entry: dict[str, Any]) -> str:
@@ -192,7 +195,8 @@ def report(
         f"{versions}. {library.method()} Latency is the median of interleaved calls "
         "through executorch.runtime on a shared 2-core machine (compare within a row only; "
         "'(alone)': the two programs did not fit in a worker's memory together, each was "
-        "timed alone); "
+        "timed alone; 'untimed': a program that ran against eager did not load a second "
+        "time for the timing, in what the lowerings left of the worker's memory); "
         "lowering time is the CPU seconds of `to_edge_transform_and_lower` through "
         "`xnnfold.save`, one thread.",
         "",

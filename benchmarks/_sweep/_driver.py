@@ -141,16 +141,18 @@ class _Pool:
 
     def sweep(self, request: dict[str, Any]) -> dict[str, Any]:
         """``request``'s result line; a class skipped, or a partitioner's entry failed, for
-        want of memory, or a program that did not load, is retried once in a fresh worker
-        (an earlier class may have filled the worker's address space). A program that
-        does not load in the fresh worker either is recorded as such: it counts as
-        unloadable, not as out of memory."""
+        want of memory, or a program that lowered but did not load (the runtime's sign of
+        an address space too full for the delegate's init), is retried once in a fresh
+        worker: an earlier class may have filled the worker's address space. The retry's
+        line records the errors that caused it; what the retry finds stands, as the
+        report reads it (a program that does not load again is unloadable)."""
         result = self._sweep(request)
         errors = [result.get("reason", "")] if result["status"] == SKIPPED else []
         errors += [entry.get("error", "") for entry in result.get("variants", {}).values()]
-        if any(out_of_memory(error) or error.startswith(LOAD_FAILED) for error in errors):
+        causes = [error for error in errors if out_of_memory(error) or _not_loaded(error)]
+        if causes:
             self.close()
-            result = {**self._sweep(request), "retried": "in a fresh worker"}
+            result = {**self._sweep(request), "retried": "in a fresh worker", "after": causes}
         return result
 
     def _sweep(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -192,6 +194,12 @@ class _Pool:
             result["status"] = TIMED_OUT
         result["seconds"] = round(time.perf_counter() - started, 1)
         return result
+
+
+def _not_loaded(error: str) -> bool:
+    """Whether ``error`` is a program that lowered and failed to load (not one that loaded
+    and failed to run: that fails again in a fresh worker)."""
+    return error.startswith(LOAD_FAILED) and "Failed to load" in error
 
 
 def _head(request: dict[str, Any]) -> dict[str, Any]:

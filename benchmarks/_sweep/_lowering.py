@@ -11,7 +11,9 @@ Each program is loaded and run against eager alone, and released before the next
 partitioner lowers, so that a program as large as the worker's memory allows is judged
 against eager whatever the other partitioner's program weighs. The timing then loads the
 programs together; where they do not fit together, it times each alone
-(``"timed": "alone"`` on each entry: not interleaved, so noisier).
+(``"timed": "alone"`` on each entry: not interleaved, so noisier), and a program that
+does not load or run a second time is left untimed (``"timed"`` starts with
+`NOT_LOADED_AGAIN` and the entry has no ``"ms"``): its diff stands.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ TOLERANCE = 1e-3
 RUNS = 7
 TIMING_BUDGET_S = 30.0
 # An entry's ``timed`` where its program, loaded and run against eager once, did not load
-# again for the timing.
+# or run again for the timing.
 NOT_LOADED_AGAIN = "not loaded again"
 # How an entry's error starts where its program lowered but did not load or run.
 LOAD_FAILED = "load/run"
@@ -71,12 +73,15 @@ def address_space_gib() -> dict[str, float]:
     ``RLIMIT_AS``, where set)."""
     import resource
 
-    found = {}
+    found: dict[str, float] = {}
     limit, _ = resource.getrlimit(resource.RLIMIT_AS)
     if limit != resource.RLIM_INFINITY:
         found["limit"] = round(limit / 2**30, 2)
-    status = Path("/proc/self/status")
-    lines = status.read_text().splitlines() if status.exists() else []
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except (OSError, MemoryError):
+        # No procfs, or no memory left to read it with: the limit alone.
+        return found
     for line in lines:
         key, _, value = line.partition(":")
         if key in ("VmSize", "VmPeak"):
@@ -217,7 +222,8 @@ def _timed(
 ) -> dict[str, float]:
     """The median ms of each program ``loaders`` load, after one untimed call of each (a
     fresh load is not warm): interleaved where they load together, else each alone (and
-    its entry in ``variants`` says so).
+    its entry in ``variants`` says so); a program that does not load or run alone either
+    is left out, its entry's ``timed`` saying why.
 
     Each program has loaded and run alone already (`lower_one`), so one that fails to load
     beside the other ran out of the worker's memory: the runtime may say so as a
@@ -235,14 +241,13 @@ def _timed(
     for label, load in loaders.items():
         try:
             program = load()
+            times.update(interleaved(_calls({label: program}, args)))
+            variants[label]["timed"] = "alone"
         except (MemoryError, RuntimeError) as error:
-            # It loaded and ran once already: what failed is a second load, in what the
-            # lowerings left of the worker's address space. Its diff stands, untimed.
+            # It loaded and ran once already: what failed is a second load or run, in
+            # what the lowerings left of the worker's address space. Its diff stands.
             variants[label]["timed"] = f"{NOT_LOADED_AGAIN}: {type(error).__name__}: {error}"
-            continue
-        variants[label]["timed"] = "alone"
-        times.update(interleaved(_calls({label: program}, args)))
-        del program
+        program = None
         gc.collect()
     return times
 

@@ -108,7 +108,8 @@ def _cell(entry: dict[str, Any], key: str, fmt: str) -> str:
 
 
 def _ms_cell(entry: dict[str, Any]) -> str:
-    # A program timed alone: the two did not fit in a worker's memory together.
+    # "(alone)": the two did not fit in a worker's memory together; "untimed": it did not
+    # load or run a second time for the timing.
     timed = entry.get("timed", "")
     if timed.startswith(NOT_LOADED_AGAIN):
         return "untimed"

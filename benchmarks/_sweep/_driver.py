@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from _sweep._library import Library
-from _sweep._lowering import LOAD_FAILED, STOCK, XNNFOLD
+from _sweep._lowering import LOAD_FAILED, METHOD_NOT_LOADED, STOCK, XNNFOLD
 from _sweep._report import report
 from _sweep._results import (
     append,
@@ -199,7 +199,7 @@ class _Pool:
 def _not_loaded(error: str) -> bool:
     """Whether ``error`` is a program that lowered and failed to load (not one that loaded
     and failed to run: that fails again in a fresh worker)."""
-    return error.startswith(LOAD_FAILED) and "Failed to load" in error
+    return error.startswith(LOAD_FAILED) and METHOD_NOT_LOADED in error
 
 
 def _head(request: dict[str, Any]) -> dict[str, Any]:

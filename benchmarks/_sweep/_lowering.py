@@ -45,6 +45,9 @@ TIMING_BUDGET_S = 30.0
 NOT_LOADED_AGAIN = "not loaded again"
 # How an entry's error starts where its program lowered but did not load or run.
 LOAD_FAILED = "load/run"
+# What executorch.runtime says where a program's method does not load (as against one
+# that loads and fails to execute).
+METHOD_NOT_LOADED = "Failed to load"
 
 
 def wrong(entry: dict[str, Any]) -> bool:

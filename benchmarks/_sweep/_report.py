@@ -13,7 +13,14 @@ import statistics
 from typing import Any
 
 from _sweep._library import Library
-from _sweep._lowering import LOAD_FAILED, NOT_LOADED_AGAIN, STOCK, wrong, XNNFOLD
+from _sweep._lowering import (
+    LOAD_FAILED,
+    METHOD_NOT_LOADED,
+    NOT_LOADED_AGAIN,
+    STOCK,
+    wrong,
+    XNNFOLD,
+)
 from _sweep._results import (
     CANDIDATE,
     COMPUTED,
@@ -65,7 +72,7 @@ def problems(result: dict[str, Any]) -> list[str]:
 
 def _unloadable(entry: dict[str, Any]) -> bool:
     error = entry.get("error", "")
-    return error.startswith(LOAD_FAILED) or "Failed to load" in error
+    return error.startswith(LOAD_FAILED) or METHOD_NOT_LOADED in error
 
 
 def computed(result: dict[str, Any]) -> int:
@@ -196,8 +203,8 @@ def report(
         f"{versions}. {library.method()} Latency is the median of interleaved calls "
         "through executorch.runtime on a shared 2-core machine (compare within a row only; "
         "'(alone)': the two programs did not fit in a worker's memory together, each was "
-        "timed alone; 'untimed': a program that ran against eager did not load a second "
-        "time for the timing, in what the lowerings left of the worker's memory); "
+        "timed alone; 'untimed': a program that ran against eager did not load or run a "
+        "second time for the timing, in what the lowerings left of the worker's memory); "
         "lowering time is the CPU seconds of `to_edge_transform_and_lower` through "
         "`xnnfold.save`, one thread.",
         "",

@@ -229,16 +229,15 @@ def _timed(
     is left out, its entry's ``timed`` saying why.
 
     Each program has loaded and run alone already (`lower_one`), so one that fails to load
-    beside the other ran out of the worker's memory: the runtime may say so as a
+    or run beside the other ran out of the worker's memory: the runtime may say so as a
     MemoryError or as a method that fails to load (an allocation inside XNNPACK's init).
     """
     gc.collect()
     try:
-        together = {label: load() for label, load in loaders.items()}
+        # Loading and running together both allocate: either may fail for memory.
+        return interleaved(_calls({label: load() for label, load in loaders.items()}, args))
     except (MemoryError, RuntimeError):
         pass
-    else:
-        return interleaved(_calls(together, args))
     gc.collect()
     times = {}
     for label, load in loaders.items():

@@ -14,6 +14,7 @@ import logging
 
 import pytest
 import torch
+from executorch.backends.xnnpack.serialization import xnnpack_graph_schema
 
 import xnnfold
 from xnnfold._meta import FOLD_META_KEY
@@ -234,6 +235,39 @@ def test_fused_var_mean_fails_in_to_edge_with_or_without_xnnfold() -> None:
     stock = _lowering_error(lower_stock, _FusedVarMean().eval(), x)
     ours = _lowering_error(lower_folding, _FusedVarMean().eval(), x)
     assert "var_mean.correction" in stock and "var_mean.correction" in ours
+
+
+class _TanhGeluAfterWeightNorm(torch.nn.Module):
+    """A weight-normed identity linear, then tanh GELU: the GELU sees the input exactly."""
+
+    def __init__(self, features: int) -> None:
+        super().__init__()
+        linear = torch.nn.Linear(features, features, bias=False)
+        with torch.no_grad():
+            linear.weight.copy_(torch.eye(features))
+        self.linear = torch.nn.utils.parametrizations.weight_norm(linear)
+        self.gelu = torch.nn.GELU(approximate="tanh")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gelu(self.linear(x))
+
+
+def test_tanh_gelu_runs_as_stock_runs_it() -> None:
+    """xnnfold delegates GELU as stock does, so both programs compute the same GELU: exact
+    GELU where the XNNPACK serializer has no approximate GELU node (executorch 1.5.1 drops
+    ``approximate``; docs/limits.md), tanh GELU where it has one."""
+    x = torch.tensor([[-2.7, -1.0, 0.5, 1.5, 2.7, 4.0]])
+    model = _TanhGeluAfterWeightNorm(x.shape[1]).eval()
+    ours = xnnfold.run_pte(lower_folding(model, (x,)).buffer, (x,))[0]
+    stock = xnnfold.run_pte(lower_stock(model, (x,)).buffer, (x,))[0]
+    assert torch.equal(ours, stock)
+    tanh_gelu = torch.nn.functional.gelu(x, approximate="tanh")
+    exact_gelu = torch.nn.functional.gelu(x)
+    assert (tanh_gelu - exact_gelu).abs().max() > 4e-4  # the two are told apart
+    if hasattr(xnnpack_graph_schema, "XNNApproxGelu"):
+        torch.testing.assert_close(ours, tanh_gelu, atol=1e-5, rtol=0)
+    else:
+        torch.testing.assert_close(ours, exact_gelu, atol=1e-5, rtol=0)
 
 
 def test_dac_codebook_matmul_is_delegated_without_a_copy() -> None:

@@ -230,17 +230,20 @@ def _timed(
 
     Each program has loaded and run alone already (`lower_one`), so one that fails to load
     or run beside the other ran out of the worker's memory: the runtime may say so as a
-    MemoryError or as a method that fails to load (an allocation inside XNNPACK's init).
+    MemoryError, a method that fails to load or an ``execute()`` that fails (an allocation
+    inside XNNPACK). Each entry timed apart records that error as ``together``.
     """
     gc.collect()
     try:
         # Loading and running together both allocate: either may fail for memory.
         return interleaved(_calls({label: load() for label, load in loaders.items()}, args))
-    except (MemoryError, RuntimeError):
-        pass
+    except (MemoryError, RuntimeError) as error:
+        # Unbound when the handler ends, the traceback frees the programs it holds.
+        together = f"{type(error).__name__}: {error}"
     gc.collect()
     times = {}
     for label, load in loaders.items():
+        variants[label]["together"] = together
         try:
             program = load()
             times.update(interleaved(_calls({label: program}, args)))

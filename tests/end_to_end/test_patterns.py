@@ -10,6 +10,7 @@ order than PyTorch's.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import pytest
@@ -252,18 +253,32 @@ class _TanhGeluAfterWeightNorm(torch.nn.Module):
         return self.gelu(self.linear(x))
 
 
-def test_tanh_gelu_runs_as_stock_runs_it() -> None:
-    """xnnfold delegates GELU as stock does, so both programs compute the same GELU: exact
-    GELU where the XNNPACK serializer has no approximate GELU node (executorch 1.5.1 drops
-    ``approximate``; docs/limits.md), tanh GELU where it has one."""
-    x = torch.tensor([[-2.7, -1.0, 0.5, 1.5, 2.7, 4.0]])
+_GELU_INPUT = torch.tensor([[-2.7, -1.0, 0.5, 1.5, 2.7, 4.0]])
+
+
+@functools.cache
+def _tanh_gelu_outputs() -> tuple[torch.Tensor, torch.Tensor]:
+    """xnnfold's and stock's programs of `_TanhGeluAfterWeightNorm`, run on `_GELU_INPUT`."""
+    x = _GELU_INPUT
     model = _TanhGeluAfterWeightNorm(x.shape[1]).eval()
     ours = xnnfold.run_pte(lower_folding(model, (x,)).buffer, (x,))[0]
     stock = xnnfold.run_pte(lower_stock(model, (x,)).buffer, (x,))[0]
+    return ours, stock
+
+
+def test_tanh_gelu_runs_as_stock_runs_it() -> None:
+    """xnnfold replaces only stock's GEMM configs: its program computes stock's GELU."""
+    ours, stock = _tanh_gelu_outputs()
     assert torch.equal(ours, stock)
-    tanh_gelu = torch.nn.functional.gelu(x, approximate="tanh")
-    exact_gelu = torch.nn.functional.gelu(x)
-    assert (tanh_gelu - exact_gelu).abs().max() > 4e-4  # the two are told apart
+
+
+def test_tanh_gelu_runs_as_the_installed_serializer_has_it() -> None:
+    """Exact GELU where the XNNPACK serializer has no approximate GELU node (executorch
+    1.5.1 drops ``approximate``; docs/limits.md), tanh GELU where it has one."""
+    ours, _ = _tanh_gelu_outputs()
+    tanh_gelu = torch.nn.functional.gelu(_GELU_INPUT, approximate="tanh")
+    exact_gelu = torch.nn.functional.gelu(_GELU_INPUT)
+    assert (tanh_gelu - exact_gelu).abs().max() > 4e-4  # the input tells the two apart
     if hasattr(xnnpack_graph_schema, "XNNApproxGelu"):
         torch.testing.assert_close(ours, tanh_gelu, atol=1e-5, rtol=0)
     else:

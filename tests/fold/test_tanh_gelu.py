@@ -187,6 +187,7 @@ def test_tanh_gelu_stays_in_its_one_delegate_and_explain_names_it() -> None:
 
 
 @pytest.mark.runtime
+@pytest.mark.slow
 def test_tanh_gelu_after_a_convolution_matches_eager() -> None:
     x = torch.randn(2, 3, 12, 12) * 3
     model = _ConvGelu().eval()
@@ -197,6 +198,7 @@ def test_tanh_gelu_after_a_convolution_matches_eager() -> None:
 
 
 @pytest.mark.runtime
+@pytest.mark.slow
 def test_tanh_gelu_with_a_dynamic_length_matches_eager() -> None:
     model = _Gelu("tanh").eval()
     length = torch.export.Dim("length", min=2, max=64)
@@ -208,6 +210,7 @@ def test_tanh_gelu_with_a_dynamic_length_matches_eager() -> None:
 
 
 @pytest.mark.runtime
+@pytest.mark.slow
 def test_an_exact_gelu_program_is_stocks_byte_for_byte() -> None:
     model = _Gelu("none").eval()
     x = torch.randn(2, 16)
@@ -215,6 +218,7 @@ def test_an_exact_gelu_program_is_stocks_byte_for_byte() -> None:
 
 
 @pytest.mark.runtime
+@pytest.mark.slow
 def test_a_stock_lowering_after_xnnfold_keeps_stocks_gelu() -> None:
     """The preprocess hook, installed by the folding lowering, rewrites only marked
     GELUs: a stock lowering of a tanh GELU gives stock's program, byte for byte."""

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH
     from xnnfold.passes.fold._unused import remove_unused_constants
     from xnnfold.passes.report._explain import (
+        ExactGeluRow,
         explain,
         ExplainReport,
         GemmRow,
@@ -56,6 +57,7 @@ __getattr__, __dir__ = lazy_exports(__name__, __file__, globals())
 __all__ = [
     "CrossMethodFacts",
     "DEFAULT_GROWTH_BUDGET",
+    "ExactGeluRow",
     "ExplainReport",
     "GemmRow",
     "GrowthBudget",

@@ -30,6 +30,7 @@ from executorch.exir.backend.backend_details import CompileSpec, PreprocessResul
 from torch.export import ExportedProgram
 
 from xnnfold.passes.fold._pass import FoldComputedWeightsPass, has_fold_marks
+from xnnfold.passes.fold._tanh_gelu import ExactTanhGeluPass
 
 __all__ = [
     "install_preprocess_hook",
@@ -87,6 +88,7 @@ def _make_wrapper(
         # folding in place rewrites nothing that anyone else sees.
         if has_fold_marks(edge_program):
             FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
+            ExactTanhGeluPass(edge_program)(edge_program.graph_module)
         return original(edge_program, compile_specs)
 
     _OUR_FUNCTIONS.add(preprocess)

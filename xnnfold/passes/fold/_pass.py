@@ -27,7 +27,7 @@ from torch.fx import GraphModule, Node
 
 from xnnfold._meta import FOLD_META_KEY, VAL_META_KEY
 from xnnfold._upstream import exir_ops, XNNPACKPass
-from xnnfold.passes._marks import fold_mark_of, FoldMark
+from xnnfold.passes._marks import fold_mark_of, FoldMark, tanh_gelu_mark_of
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
@@ -49,8 +49,12 @@ _SCALE_KWARGS = frozenset({"beta", "alpha"})
 
 
 def has_fold_marks(ep: ExportedProgram) -> bool:
-    """True when some GEMM of ``ep`` was marked for folding by the partitioner."""
-    return any(fold_mark_of(node) is not None for node in ep.graph.nodes)
+    """True when the partitioner left a mark for preprocess on some node of ``ep``: a
+    GEMM's `FoldMark`, or a tanh GELU's `TanhGeluMark`."""
+    return any(
+        fold_mark_of(node) is not None or tanh_gelu_mark_of(node) is not None
+        for node in ep.graph.nodes
+    )
 
 
 def _outermost_first(computations: list[WeightComputation]) -> list[WeightComputation]:

@@ -19,7 +19,7 @@ from torch.fx import Node
 
 from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
 from xnnfold.passes._codes import BEYOND_BUDGET, Problem, ReasonCode, STOCK
-from xnnfold.passes._marks import FoldMark, GemmReason
+from xnnfold.passes._marks import FoldMark, GemmReason, TanhGeluMark
 from xnnfold.passes._ops import EDGE_GEMM_ARGS, QUANTIZATION_NAMESPACES
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes._walk import walk
@@ -60,17 +60,26 @@ def fold_mark(name: str, findings: Findings, options: FoldOptions) -> Optional[F
 
 
 def write_fold_marks(
-    ep: ExportedProgram, findings: Findings, options: FoldOptions, delegated: AbstractSet[str]
+    ep: ExportedProgram,
+    findings: Findings,
+    options: FoldOptions,
+    delegated: AbstractSet[str],
+    *,
+    tanh_gelus: AbstractSet[str] = frozenset(),
 ) -> None:
     """Write the fold mark (`fold_mark`) onto each GEMM of ``delegated`` (the partitioned
     nodes, by name) with something to fold, for the fold pass inside its delegate and
-    `explain`; a mark a node carries from before (copied metadata) goes first. Warns once
-    per argument folded although its sources stay in the program for another reader."""
+    `explain`, and a `TanhGeluMark` onto each of ``tanh_gelus`` (delegated tanh GELUs the
+    installed serializer would write as exact GELU); a mark a node carries from before
+    (copied metadata) goes first. Warns once per argument folded although its sources
+    stay in the program for another reader."""
     for node in ep.graph.nodes:
         node.meta.pop(FOLD_META_KEY, None)
         mark = fold_mark(node.name, findings, options) if node.name in delegated else None
         if mark is not None:
             node.meta[FOLD_META_KEY] = mark
+        elif node.name in tanh_gelus and node.name in delegated:
+            node.meta[FOLD_META_KEY] = TanhGeluMark()
     for gemm, index, role in sorted(findings.stored_twice):
         if index in findings.folds.get(gemm, {}):
             logger.warning(

@@ -7,13 +7,14 @@ weight or bias was folded there, the module that called it, and, for one left ou
 reason the partitioner recorded. It reads the two values the partitioner leaves on a GEMM
 (`passes/_marks.py`): its `FoldMark` (what was folded, and the growth it added) and its
 `GemmReason` (why not, and for the growth budget's decline what folding would have
-added).
+added). It also lists each tanh GELU computed exactly inside a delegate where the stock
+serializer would compute exact GELU (its `TanhGeluMark`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet, Iterator, Optional
+from typing import AbstractSet, Iterator, Optional, Union
 
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from executorch.exir.delegate import executorch_call_delegate
@@ -22,14 +23,21 @@ from torch.fx import Node
 
 from xnnfold._upstream import schema_of
 from xnnfold.passes._codes import BEYOND_BUDGET
-from xnnfold.passes._marks import fold_mark_of, FoldGrowth, reason_of
+from xnnfold.passes._marks import fold_mark_of, FoldGrowth, reason_of, tanh_gelu_mark_of
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
 from xnnfold.passes.report._programs import methods, Program
 from xnnfold.passes.report._reasons import module_path
 from xnnfold.passes.report._tied import SharedTable, table_copies, TableStoredTwice
 
-__all__ = ["ExplainReport", "GemmRow", "SharedTable", "TableStoredTwice", "explain"]
+__all__ = [
+    "ExactGeluRow",
+    "ExplainReport",
+    "GemmRow",
+    "SharedTable",
+    "TableStoredTwice",
+    "explain",
+]
 
 
 _NO_REASON = "no reason recorded: lowered without XnnpackFoldingPartitioner"
@@ -76,10 +84,29 @@ class GemmRow:
 
 
 @dataclass(frozen=True)
+class ExactGeluRow:
+    """A ``gelu(approximate="tanh")`` computed as tanh GELU inside a delegate, where the
+    installed XNNPACK serializer would have written it as exact GELU (docs/limits.md).
+
+    Attributes:
+        method: the method's name.
+        node: the GELU's node name.
+        module: path of the module that called it ("<root>" for the model itself).
+        backend: the delegate's backend id.
+    """
+
+    method: str
+    node: str
+    module: str
+    backend: str
+
+
+@dataclass(frozen=True)
 class ExplainReport:
     """Every GEMM of a lowered program; ``str(report)`` is a printable table.
 
-    ``shared`` lists the tied tables the program stores once (`SharedTable`: a constant a
+    ``exact_gelus`` lists the tanh GELUs computed exactly inside a delegate
+    (`ExactGeluRow`). ``shared`` lists the tied tables the program stores once (`SharedTable`: a constant a
     delegated linear takes as its weight and the program also reads, in one ``.ptd``);
     ``stored_twice`` those it stores twice, in the program and in a delegate
     (`TableStoredTwice`), which ``tie_tables=True`` would store once.
@@ -88,6 +115,7 @@ class ExplainReport:
     rows: tuple[GemmRow, ...]
     shared: tuple[SharedTable, ...] = ()
     stored_twice: tuple[TableStoredTwice, ...] = ()
+    exact_gelus: tuple[ExactGeluRow, ...] = ()
 
     @property
     def bytes_saved(self) -> int:
@@ -160,6 +188,12 @@ class ExplainReport:
                 f"tied table {twice.fqn} ({twice.method}): stored twice, for the program and "
                 f"for a delegate; tie_tables=True stores it once, saving {twice.nbytes:,} "
                 "bytes, in a .ptd the .pte then loads with (docs/tied-tables.md)"
+            )
+        if self.exact_gelus:
+            out.append(
+                f"{len(self.exact_gelus)} tanh GELUs computed as tanh GELU inside the "
+                "delegates: the installed XNNPACK serializer writes gelu(approximate='tanh') "
+                "as exact GELU (docs/limits.md)"
             )
         beyond = sum(r.code == BEYOND_BUDGET.code for r in self.rows)
         if grows:
@@ -272,7 +306,7 @@ def _outside_row(method: str, node: Node) -> GemmRow:
     )
 
 
-def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
+def _rows(method: str, ep: ExportedProgram) -> Iterator[Union[GemmRow, ExactGeluRow]]:
     graph_module = ep.graph_module
     for node in ep.graph.nodes:
         if node.op != "call_function":
@@ -286,6 +320,10 @@ def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
             for inner_node in inner.graph.nodes:
                 if _gemm_name(inner_node):
                     yield _delegated_row(method, inner_node, lowered.backend_id, fed)
+                elif tanh_gelu_mark_of(inner_node) is not None:
+                    yield ExactGeluRow(
+                        method, inner_node.name, module_path(inner_node), lowered.backend_id
+                    )
         elif _gemm_name(node):
             yield _outside_row(method, node)
 
@@ -309,4 +347,9 @@ def explain(program: Program) -> ExplainReport:
         )
     rows = [row for method, ep in methods(program) for row in _rows(method, ep)]
     copies = table_copies(program)
-    return ExplainReport(tuple(rows), copies.shared, copies.stored_twice)
+    return ExplainReport(
+        tuple(row for row in rows if isinstance(row, GemmRow)),
+        copies.shared,
+        copies.stored_twice,
+        tuple(row for row in rows if isinstance(row, ExactGeluRow)),
+    )

@@ -9,9 +9,10 @@ finds a program's data by key, not by file name, so the name is the writer's to 
 Each file is written to a temporary name beside it and then renamed, so a failed write
 leaves the previous file whole. A new file gets the mode ``open(path, "wb")`` would give it
 (``0o666`` less the umask: 0644 under umask 022, 0600 under 077), and a file replaced keeps
-its mode, as ``open(path, "wb")`` keeps it: the temporary file is created with mode
-``0o666`` and the kernel applies the umask, so the umask is never read (reading it means
-setting it, for every thread of the process at once).
+its mode, as ``open(path, "wb")`` keeps it: the ``.pte``'s temporary file is created with
+mode ``0o666`` (executorch writes the ``.ptd`` files with ``open(..., "wb")`` itself) and the
+kernel applies the umask, so the umask is never read (reading it means setting it, for
+every thread of the process at once).
 """
 
 from __future__ import annotations

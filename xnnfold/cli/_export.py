@@ -9,7 +9,8 @@ the size. ``--check`` makes a GEMM left outside a delegate an error, for CI.
 
 The command writes the files itself, so it stores a tied table once by default
 (``--tie-tables``): in ``model.ptd`` beside ``model.pte``, which it names as the data the
-``.pte`` loads with. ``--no-tie-tables`` writes one self-contained ``.pte``.
+``.pte`` loads with. ``--no-tie-tables`` writes one self-contained ``.pte``. Files are
+written by `xnnfold.save`: atomically, with the mode ``open(path, "wb")`` would give.
 
 ``MODULE`` is a dotted module importable from the current directory or a path to a ``.py``
 file. A bad ``MODULE:CALLABLE`` or a callable that returns something else exits with code 2

@@ -29,7 +29,7 @@ from xnnfold.passes.report._programs import methods, Program
 from xnnfold.passes.report._reasons import module_path
 from xnnfold.passes.report._tied import SharedTable, table_copies, TableStoredTwice
 
-__all__ = ["ExplainReport", "GemmRow", "SharedTable", "TableStoredTwice", "explain"]
+__all__ = ["ExplainReport", "GemmRow", "OpRow", "SharedTable", "TableStoredTwice", "explain"]
 
 
 _NO_REASON = "no reason recorded: lowered without XnnpackFoldingPartitioner"
@@ -76,6 +76,28 @@ class GemmRow:
 
 
 @dataclass(frozen=True)
+class OpRow:
+    """An op other than a GEMM that the partitioner left on the portable kernels because
+    XNNPACK computes its arguments differently from eager (XNF520 on, docs/reasons.md).
+
+    Attributes:
+        method: the method's name.
+        node: the op's node name.
+        op: the op ("avg_pool2d", "upsample_bilinear2d").
+        module: path of the module that called it ("<root>" for the model itself).
+        reason: what XNNPACK would compute differently.
+        code: the stable code of the rule (XNF5xx).
+    """
+
+    method: str
+    node: str
+    op: str
+    module: str
+    reason: str
+    code: str
+
+
+@dataclass(frozen=True)
 class ExplainReport:
     """Every GEMM of a lowered program; ``str(report)`` is a printable table.
 
@@ -88,6 +110,7 @@ class ExplainReport:
     rows: tuple[GemmRow, ...]
     shared: tuple[SharedTable, ...] = ()
     stored_twice: tuple[TableStoredTwice, ...] = ()
+    ops: tuple[OpRow, ...] = ()
 
     @property
     def bytes_saved(self) -> int:
@@ -160,6 +183,11 @@ class ExplainReport:
                 f"tied table {twice.fqn} ({twice.method}): stored twice, for the program and "
                 f"for a delegate; tie_tables=True stores it once, saving {twice.nbytes:,} "
                 "bytes, in a .ptd the .pte then loads with (docs/tied-tables.md)"
+            )
+        for op in self.ops:
+            out.append(
+                f"{op.op} '{op.node}' in module '{op.module}' ({op.method}): on portable, "
+                f"{op.code}: {op.reason}"
             )
         beyond = sum(r.code == BEYOND_BUDGET.code for r in self.rows)
         if grows:
@@ -290,8 +318,22 @@ def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
             yield _outside_row(method, node)
 
 
+def _op_rows(method: str, ep: ExportedProgram) -> Iterator[OpRow]:
+    """The ops other than GEMMs left outside the delegates with a reason."""
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or _gemm_name(node):
+            continue
+        reason = reason_of(node)
+        op = op_overload(node.target)
+        if reason is None or op is None:
+            continue
+        name = schema_of(op).name.split("::")[-1]
+        yield OpRow(method, node.name, name, module_path(node), reason.text, reason.code)
+
+
 def explain(program: Program) -> ExplainReport:
-    """List every GEMM of a lowered program: delegated or not, folded or not, and why.
+    """List every GEMM of a lowered program: delegated or not, folded or not, and why;
+    and each other op left on portable for an argument XNNPACK computes differently.
 
     Args:
         program: the result of ``to_edge_transform_and_lower`` (or its
@@ -308,5 +350,6 @@ def explain(program: Program) -> ExplainReport:
             f"ExportedProgram), got {type(program).__name__}"
         )
     rows = [row for method, ep in methods(program) for row in _rows(method, ep)]
+    ops = [row for method, ep in methods(program) for row in _op_rows(method, ep)]
     copies = table_copies(program)
-    return ExplainReport(tuple(rows), copies.shared, copies.stored_twice)
+    return ExplainReport(tuple(rows), copies.shared, copies.stored_twice, tuple(ops))

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
         explain,
         ExplainReport,
         GemmRow,
+        OpRow,
         SharedTable,
         TableStoredTwice,
     )
@@ -62,6 +63,7 @@ __all__ = [
     "GemmRow",
     "GrowthBudget",
     "NO_GROWTH",
+    "OpRow",
     "explain",
     "FoldComputedWeightsPass",
     "FoldSite",

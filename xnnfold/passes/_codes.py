@@ -100,6 +100,23 @@ TIED_OTHER_USE: Final = _code(
     "a table the program reads is stored twice: the delegate also reads it otherwise than "
     "as a linear's own weight",
 )
+# A non-GEMM op whose arguments XNNPACK computes differently from eager
+# (`partition/_argument_checks.py`), left on portable.
+POOL_DIVISOR_PADDING: Final = _code(
+    "XNF520",
+    "pool-divisor-padding",
+    "avg_pool2d's divisor_override on a padded window that leaves the padding out",
+)
+RESIZE_SCALE: Final = _code(
+    "XNF521",
+    "resize-scale",
+    "upsample_bilinear2d's scale factors are not the ratio of its output and input sizes",
+)
+MAX_DIM_ARGUMENTS: Final = _code(
+    "XNF522",
+    "max-dim-arguments",
+    "max.dim over a dim XNNPACK's serializer refuses (not 2 or 3 as written) or without keepdim",
+)
 # The stock XNNPACK config's own reason (dtype, rank, options ...), passed on as it is.
 STOCK: Final = _code("XNF590", "stock", "executorch's XNNPACK config declined the GEMM")
 

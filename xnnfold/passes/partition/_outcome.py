@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from types import MappingProxyType
 from typing import AbstractSet, Final, Mapping, Optional, Sequence
 
 from torch.export import ExportedProgram
@@ -39,6 +40,7 @@ __all__ = [
 # The logger of every warning the partitioner gives, wherever it is written: the name
 # users configure and filter by, which stays when the modules behind it move.
 PARTITIONER_LOGGER: Final = "xnnfold.passes.partition._partitioner"
+NO_OP_PROBLEMS: Final[Mapping[str, Problem]] = MappingProxyType({})
 logger = logging.getLogger(PARTITIONER_LOGGER)
 
 
@@ -157,6 +159,7 @@ def record_reasons(
     stock_reasons: Mapping[str, str],
     findings: Findings,
     untied: Sequence[UntiedTable] = (),
+    op_problems: Mapping[str, Problem] = NO_OP_PROBLEMS,
 ) -> None:
     """Write onto each GEMM outside a delegate, or delegated with a weight taken at run
     time, why (`gemm_reason`), for `explain`: the one writer of reasons. A reason a node
@@ -169,6 +172,8 @@ def record_reasons(
         findings: what the final matching round found.
         untied: the tables a delegated linear and an op outside it both read, each
             stored twice (`find_tied_tables`, with ``tie_tables``).
+        op_problems: the other ops left outside for an argument XNNPACK computes
+            differently from eager, by name (`argument_declines`, which warns).
     """
     declined: dict[str, Rejection] = {}
     for (gemm, _), rejection in findings.rejections.items():
@@ -178,6 +183,9 @@ def record_reasons(
         tables.setdefault(table.gemm, table)
     for node in ep.graph.nodes:
         node.meta.pop(REASON_META_KEY, None)
+        if node.name in op_problems:
+            problem = op_problems[node.name]
+            node.meta[REASON_META_KEY] = GemmReason(str(problem), problem.code.code)
         if not is_gemm(node):
             continue
         inside = node.name in delegated

@@ -61,6 +61,7 @@ from xnnfold.passes.analysis import (
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
 from xnnfold.passes.fold._tanh_gelu import needs_exact_tanh_gelu
+from xnnfold.passes.partition._argument_checks import argument_declines, checked_configs
 from xnnfold.passes.partition._asked import AskedConstants
 from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
 from xnnfold.passes.partition._aten_stage import note_method, ops_to_keep
@@ -192,7 +193,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         except (TypeError, ValueError) as error:
             raise type(error)(f"XnnpackFoldingPartitioner: {error}") from None
         super().__init__(
-            folding_configs(configs or ALL_PARTITIONER_CONFIGS),
+            checked_configs(folding_configs(configs or ALL_PARTITIONER_CONFIGS)),
             config_precisions,
             per_op_mode,
             verbose,
@@ -393,6 +394,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             stock_reasons=stock_reasons,
             findings=findings,
             untied=tables.untied,
+            op_problems=argument_declines(
+                exported_program, self.target_partitioner_configs, delegated
+            ),
         )
         if self.tie_tables:
             tag_tied_tables(exported_program, tables)

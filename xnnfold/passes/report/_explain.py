@@ -34,6 +34,7 @@ __all__ = [
     "ExactGeluRow",
     "ExplainReport",
     "GemmRow",
+    "OpRow",
     "SharedTable",
     "TableStoredTwice",
     "explain",
@@ -102,12 +103,36 @@ class ExactGeluRow:
 
 
 @dataclass(frozen=True)
+class OpRow:
+    """An op other than a GEMM that the partitioner left on the portable kernels because
+    XNNPACK computes its arguments differently from eager (XNF520 on, docs/reasons.md).
+
+    Attributes:
+        method: the method's name.
+        node: the op's node name.
+        op: the op ("avg_pool2d", "upsample_bilinear2d").
+        module: path of the module that called it ("<root>" for the model itself).
+        reason: what XNNPACK would compute differently.
+        code: the stable code of the rule (XNF5xx).
+    """
+
+    method: str
+    node: str
+    op: str
+    module: str
+    reason: str
+    code: str
+
+
+@dataclass(frozen=True)
 class ExplainReport:
     """Every GEMM of a lowered program; ``str(report)`` is a printable table.
 
     ``exact_gelus`` lists the tanh GELUs computed exactly inside a delegate
-    (`ExactGeluRow`). ``shared`` lists the tied tables the program stores once (`SharedTable`: a constant a
-    delegated linear takes as its weight and the program also reads, in one ``.ptd``);
+    (`ExactGeluRow`), ``ops`` the ops other than GEMMs left on portable because XNNPACK
+    would compute their arguments unlike eager (`OpRow`). ``shared`` lists the tied tables
+    the program stores once (`SharedTable`: a constant a delegated linear takes as its
+    weight and the program also reads, in one ``.ptd``);
     ``stored_twice`` those it stores twice, in the program and in a delegate
     (`TableStoredTwice`), which ``tie_tables=True`` would store once.
     """
@@ -116,6 +141,7 @@ class ExplainReport:
     shared: tuple[SharedTable, ...] = ()
     stored_twice: tuple[TableStoredTwice, ...] = ()
     exact_gelus: tuple[ExactGeluRow, ...] = ()
+    ops: tuple[OpRow, ...] = ()
 
     @property
     def bytes_saved(self) -> int:
@@ -194,6 +220,11 @@ class ExplainReport:
                 f"{len(self.exact_gelus)} tanh GELUs computed as tanh GELU inside the "
                 "delegates: the installed XNNPACK serializer writes gelu(approximate='tanh') "
                 "as exact GELU (docs/limits.md)"
+            )
+        for op in self.ops:
+            out.append(
+                f"{op.op} '{op.node}' in module '{op.module}' ({op.method}): on portable, "
+                f"{op.code}: {op.reason}"
             )
         beyond = sum(r.code == BEYOND_BUDGET.code for r in self.rows)
         if grows:
@@ -328,8 +359,22 @@ def _rows(method: str, ep: ExportedProgram) -> Iterator[Union[GemmRow, ExactGelu
             yield _outside_row(method, node)
 
 
+def _op_rows(method: str, ep: ExportedProgram) -> Iterator[OpRow]:
+    """The ops other than GEMMs left outside the delegates with a reason."""
+    for node in ep.graph.nodes:
+        if node.op != "call_function" or _gemm_name(node):
+            continue
+        reason = reason_of(node)
+        op = op_overload(node.target)
+        if reason is None or op is None:
+            continue
+        name = schema_of(op).name.split("::")[-1]
+        yield OpRow(method, node.name, name, module_path(node), reason.text, reason.code)
+
+
 def explain(program: Program) -> ExplainReport:
-    """List every GEMM of a lowered program: delegated or not, folded or not, and why.
+    """List every GEMM of a lowered program: delegated or not, folded or not, and why;
+    and each other op left on portable for an argument XNNPACK computes differently.
 
     Args:
         program: the result of ``to_edge_transform_and_lower`` (or its
@@ -346,10 +391,12 @@ def explain(program: Program) -> ExplainReport:
             f"ExportedProgram), got {type(program).__name__}"
         )
     rows = [row for method, ep in methods(program) for row in _rows(method, ep)]
+    ops = [row for method, ep in methods(program) for row in _op_rows(method, ep)]
     copies = table_copies(program)
     return ExplainReport(
         tuple(row for row in rows if isinstance(row, GemmRow)),
         copies.shared,
         copies.stored_twice,
         tuple(row for row in rows if isinstance(row, ExactGeluRow)),
+        tuple(ops),
     )

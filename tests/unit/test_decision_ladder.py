@@ -231,6 +231,24 @@ def test_a_per_sample_fully_connected_weight_is_taken_at_run_time(stage: Stage) 
     assert verdict.rejection is not None and verdict.rejection.code is RUN_TIME
 
 
+def test_a_bias_computed_from_the_input_is_declined() -> None:
+    """Only a weight has the run-time form the ladder delegates."""
+
+    class PerSampleBias(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, 4))
+            self.b = nn.Parameter(torch.randn(8))
+
+        def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+            return F.linear(x, self.w, self.b * s)
+
+    ep, gemm = _program(PerSampleBias(), torch.randn(3, 4), torch.randn(8))
+    verdict = decide(gemm, 2, ep, arg_positions=(1, 2), options=_OPTIONS, stage=Stage.EDGE)
+    assert verdict is not None and verdict.decision is Decision.DECLINE
+    assert verdict.rejection is not None and verdict.rejection.code is RUN_TIME
+
+
 def test_a_per_sample_convolution_weight_is_declined() -> None:
     # XNNPACK has no run-time-weight convolution.
     program = _program(_PerSampleConv(), torch.randn(1, 4, 9), torch.randn(8, 1, 1))
@@ -243,6 +261,35 @@ def test_an_operand_projected_by_another_gemm_keeps_the_stock_decision() -> None
     ep = torch.export.export(_ProjectedOperand().eval(), (torch.randn(4, 4),))
     outer = [n for n in ep.graph.nodes if n.target is torch.ops.aten.linear.default][-1]
     assert _verdict((ep, outer)).decision is Decision.DECLINE
+
+
+class _RandomWeight(nn.Module):
+    """Computed at run time from a parameter, but from no input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w + 0.0 * torch.rand(8, 4))
+
+
+class _CountedWeight(_RandomWeight):
+    """Computed at run time from a parameter and a buffer it writes, from no input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w * self.calls.add_(1.0))
+
+
+@pytest.mark.parametrize("module", [_RandomWeight, _CountedWeight], ids=["random", "written"])
+def test_a_weight_computed_at_run_time_from_no_input_keeps_the_stock_decision(
+    module: type[nn.Module],
+) -> None:
+    assert _verdict(_linear(module())).decision is Decision.DECLINE
 
 
 def test_a_per_sample_weight_of_a_size_set_by_the_input_is_declined() -> None:

@@ -288,17 +288,18 @@ def _verdict_on(
 
 def per_sample_weight(rejection: Rejection, ep: ExportedProgram) -> bool:
     """Whether ``rejection`` declines a per-sample weight: a matrix computed at run time
-    (XNF501) from a parameter without passing through another GEMM, such as
-    ``F.linear(x, self.v * s)`` with ``s`` an input.
+    (XNF501) from the program's inputs and from a parameter it reaches without passing
+    through another GEMM, such as ``F.linear(x, self.v * s)`` with ``s`` an input.
 
     Nothing folds such a weight, and XNNPACK's fully-connected op reads it as an input
     and computes what eager computes (linear, addmm, mm; with and without a bias),
-    faster than the portable GEMM the stock partitioner leaves it on. An operand that
-    reaches parameters only through the GEMM that produced it (attention's ``k.t()``)
-    or reads none (``F.linear(x, w)`` with ``w`` an input) is no weight of the model's:
-    it stays where the stock partitioner leaves it, so a program without computed
-    weights is partitioned as stock partitions it. A shape that depends on the inputs
-    is not one XNNPACK was checked on, and stays on portable too.
+    faster than the portable GEMM the stock partitioner leaves it on. The rest keep the
+    stock decision, so a program without computed weights is partitioned as stock
+    partitions it: an operand that reaches parameters only through the GEMM that
+    produced it (attention's ``k.t()``) or reads none (``F.linear(x, w)``, ``w`` an
+    input), and a weight that reads no input (computed with a random op, a buffer the
+    program writes, a ``cond``). A shape that depends on the inputs is not one XNNPACK
+    was checked on, and stays on portable too.
     """
     if rejection.code is not RUN_TIME or rejection.computed_from_constants:
         return False
@@ -308,15 +309,22 @@ def per_sample_weight(rejection: Rejection, ep: ExportedProgram) -> bool:
     val = root.meta.get(VAL_META_KEY)
     if not isinstance(val, torch.Tensor) or val.dim() != 2 or free_symbols(val):
         return False
-    parameters = ep.graph_signature.inputs_to_parameters
+    signature = ep.graph_signature
+    parameters = signature.inputs_to_parameters
+    user_inputs = set(signature.user_inputs)
 
-    def inputs(node: Node) -> list[Node]:
+    def up_to_gemms(node: Node) -> list[Node]:
         if node.op == "placeholder" or (node is not root and is_gemm(node)):
             return []
         return node.all_input_nodes
 
+    def inputs(node: Node) -> list[Node]:
+        return node.all_input_nodes
+
     return any(
-        node.op == "placeholder" and node.name in parameters for node in walk([root], inputs)
+        node.op == "placeholder" and node.name in parameters for node in walk([root], up_to_gemms)
+    ) and any(
+        node.op == "placeholder" and node.name in user_inputs for node in walk([root], inputs)
     )
 
 

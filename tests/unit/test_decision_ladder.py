@@ -277,6 +277,8 @@ class _RandomWeight(nn.Module):
 class _CountedWeight(_RandomWeight):
     """Computed at run time from a parameter and a buffer it writes, from no input."""
 
+    calls: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         self.register_buffer("calls", torch.zeros(()))

@@ -26,14 +26,15 @@ PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
 
 
 class Modulated(nn.Module):
-    """A weight scaled per call by an input: computed, but not from constants."""
+    """A kernel scaled per call by an input: computed, but not from constants, and a
+    convolution has no run-time-weight form (a linear would be delegated)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(8, 8))
+        self.weight = nn.Parameter(torch.randn(8, 8, 1))
 
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight * style)
+        return F.conv1d(x, self.weight * style)
 
 
 class Mixed(nn.Module):
@@ -45,7 +46,7 @@ class Mixed(nn.Module):
 
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
         y = self.proj(self.conv(x).transpose(1, 2))
-        z = self.mod(y, style)
+        z = self.mod(y.transpose(1, 2), style)
         return torch.bmm(z, z.transpose(1, 2))
 
 
@@ -54,7 +55,7 @@ def _mixed() -> nn.Module:
     return Mixed().eval()
 
 
-INPUTS = (torch.randn(1, 8, 16), torch.randn(8, 1))
+INPUTS = (torch.randn(1, 8, 16), torch.randn(8, 1, 1))
 
 
 @functools.cache
@@ -71,7 +72,7 @@ def test_lists_every_gemm_of_the_program() -> None:
     assert sorted((r.module, r.op) for r in _lowered().rows) == [
         ("<root>", "bmm"),
         ("conv", "convolution"),
-        ("mod", "mm"),
+        ("mod", "convolution"),
         ("proj", "linear"),
     ]
 
@@ -89,7 +90,7 @@ def test_static_gemm_is_delegated_and_not_folded() -> None:
 
 
 def test_gemm_left_outside_carries_the_partitioners_reason() -> None:
-    row = _row(_lowered(), "mod", "mm")
+    row = _row(_lowered(), "mod", "convolution")
     assert not row.delegated and row.computed
     assert row.reason is not None and "style" in row.reason
     assert _lowered().outside == (row,)
@@ -137,7 +138,7 @@ def test_no_warning_for_activation_by_activation_products(
 
 
 def test_stock_partitioner_program_has_no_recorded_reason() -> None:
-    lowered = lower_stock(Modulated().eval(), (torch.randn(2, 8), torch.randn(8, 1)))
+    lowered = lower_stock(Modulated().eval(), (torch.randn(2, 8, 5), torch.randn(8, 1, 1)))
     (row,) = xnnfold.explain(lowered.edge).outside
     assert row.reason == "no reason recorded: lowered without XnnpackFoldingPartitioner"
 

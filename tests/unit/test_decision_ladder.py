@@ -78,6 +78,43 @@ class _RunTimeWeight(nn.Module):
         return F.linear(x, w * 2.0)
 
 
+class _PerSampleLinear(nn.Module):
+    """``F.linear(x, v * s)`` with ``s`` an input: a weight per call, from a parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.v = nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.v * s)
+
+
+class _PerSampleConv(nn.Module):
+    """``F.conv1d(x, v * s)`` with ``s`` an input (StyleGAN2's modulation)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.v = nn.Parameter(torch.randn(8, 4, 3))
+
+    def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        return F.conv1d(x, self.v * s)
+
+
+class _ProjectedOperand(nn.Module):
+    """``F.linear(x, k(x) * 2)``: an operand that reaches parameters only through the
+    projection that produced it, as attention's ``k.t()`` does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.k = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.k(x) * 2.0)
+
+
 class _OtherReader(nn.Module):
     """The source of the computed weight is also read by an elementwise op, so folding
     would store it twice: declined by a rule that keeps the program small."""
@@ -181,6 +218,101 @@ def test_a_weight_computed_from_the_input_is_declined() -> None:
     verdict = _verdict((ep, gemm))
     assert verdict.decision is Decision.DECLINE
     assert verdict.rejection is not None and verdict.rejection.code is RUN_TIME
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+def test_a_per_sample_fully_connected_weight_is_taken_at_run_time(stage: Stage) -> None:
+    """Nothing folds it; XNNPACK's fully-connected op reads it as an input (checked
+    against eager in tests/partition/test_per_sample_weights.py). The rejection says
+    what was not folded."""
+    program = _program(_PerSampleLinear(), torch.randn(3, 4), torch.randn(8, 1))
+    verdict = _verdict(program, stage=stage)
+    assert verdict.decision is Decision.RUN_TIME
+    assert verdict.rejection is not None and verdict.rejection.code is RUN_TIME
+
+
+def test_a_bias_computed_from_the_input_is_declined() -> None:
+    """Only a weight has the run-time form the ladder delegates."""
+
+    class PerSampleBias(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(8, 4))
+            self.b = nn.Parameter(torch.randn(8))
+
+        def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+            return F.linear(x, self.w, self.b * s)
+
+    ep, gemm = _program(PerSampleBias(), torch.randn(3, 4), torch.randn(8))
+    verdict = decide(gemm, 2, ep, arg_positions=(1, 2), options=_OPTIONS, stage=Stage.EDGE)
+    assert verdict is not None and verdict.decision is Decision.DECLINE
+    assert verdict.rejection is not None and verdict.rejection.code is RUN_TIME
+
+
+def test_a_per_sample_convolution_weight_is_declined() -> None:
+    # XNNPACK has no run-time-weight convolution.
+    program = _program(_PerSampleConv(), torch.randn(1, 4, 9), torch.randn(8, 1, 1))
+    verdict = _verdict(program)
+    assert verdict.decision is Decision.DECLINE
+    assert verdict.rejection is not None and verdict.rejection.code is RUN_TIME
+
+
+def test_an_operand_projected_by_another_gemm_keeps_the_stock_decision() -> None:
+    ep = torch.export.export(_ProjectedOperand().eval(), (torch.randn(4, 4),))
+    outer = [n for n in ep.graph.nodes if n.target is torch.ops.aten.linear.default][-1]
+    assert _verdict((ep, outer)).decision is Decision.DECLINE
+
+
+class _RandomWeight(nn.Module):
+    """Computed at run time from a parameter, but from no input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w + 0.0 * torch.rand(8, 4))
+
+
+class _CountedWeight(_RandomWeight):
+    """Computed at run time from a parameter and a buffer it writes, from no input."""
+
+    calls: torch.Tensor
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("calls", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.w * self.calls.add_(1.0))
+
+
+@pytest.mark.parametrize("module", [_RandomWeight, _CountedWeight], ids=["random", "written"])
+def test_a_weight_computed_at_run_time_from_no_input_keeps_the_stock_decision(
+    module: type[nn.Module],
+) -> None:
+    assert _verdict(_linear(module())).decision is Decision.DECLINE
+
+
+def test_a_per_sample_weight_of_a_size_set_by_the_input_is_declined() -> None:
+    """A weight whose shape depends on the inputs is not one XNNPACK was checked on."""
+
+    class RowsFromInput(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.v = nn.Parameter(torch.randn(1, 4))
+
+        def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+            return F.linear(x, s.unsqueeze(1) * self.v)
+
+    rows = torch.export.Dim("rows", min=2, max=64)
+    ep = torch.export.export(
+        RowsFromInput().eval(),
+        (torch.randn(3, 4), torch.randn(8)),
+        dynamic_shapes=(None, {0: rows}),
+    )
+    (gemm,) = [n for n in ep.graph.nodes if n.target is torch.ops.aten.linear.default]
+    assert _verdict((ep, gemm)).decision is Decision.DECLINE
 
 
 def test_a_fully_connected_weight_declined_for_size_is_taken_at_run_time() -> None:

@@ -1,8 +1,8 @@
 """The registry of every stable code xnnfold reports, with no dependency at all.
 
 Two families share it: the codemod's findings, XNF1xx to XNF4xx (registered in
-`xnnfold/rewriter/codemod/_codes.py`, documented in docs/codemod.md), and the reasons a
-GEMM is not folded or not delegated, XNF5xx (`xnnfold/passes/_codes.py`,
+`xnnfold/rewriter/codemod/_finding_codes.py`, documented in docs/codemod.md), and the reasons a
+GEMM is not folded or not delegated, XNF5xx (`xnnfold/passes/_reason_codes.py`,
 docs/reasons.md). A user greps a log or a report for a code, filters `explain` rows or
 ``--report`` JSON by one, or looks one up in the docs; so a code names one rule, in one
 family, for good. `register` refuses a code or a name registered before, and codes are

@@ -12,7 +12,7 @@ only what someone else reads after the stage returned:
     `ConfigerationBasedPartitioner` tags.
   - the external-data tags (`EXTERNAL_TAG_KEYS`) of a tied table's placeholder, under
     executorch's default tag (`EXTERNAL_CONSTANT_TAG`); written by `tag_external`
-    (``passes/partition/_tied.py``), with ``tie_tables=True`` or the deprecated
+    (``passes/partition/_tied_tagging.py``), with ``tie_tables=True`` or the deprecated
     `xnnfold.tie_tables`.
 
 - the one fold mark, the only carrier into XNNPACK preprocess (executorch hands it the

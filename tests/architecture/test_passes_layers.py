@@ -3,7 +3,7 @@
 Read from the source (no module is imported, so no torch): every import statement of every
 module, at any depth (also under ``TYPE_CHECKING`` and inside functions), names the unit it
 reaches. A unit is a subpackage (`analysis`, `partition`, `fold`, `report`), a top-level
-module (`_ops`, `_codes`, `_options`, `_walk`, `_marks`) or the facade (`xnnfold/passes/__init__.py`).
+module (`_ops`, `_reason_codes`, `_options`, `_graph_walk`, `_marks`) or the facade (`xnnfold/passes/__init__.py`).
 
 The allowed direction, top to bottom (a unit imports only units of lower layers):
 
@@ -13,7 +13,7 @@ The allowed direction, top to bottom (a unit imports only units of lower layers)
     analysis      the rules every stage shares: the predicate, argument rules, growth ledger
     _marks        the fold mark and the reason the partitioner leaves on a GEMM
     _options      `FoldOptions`
-    _codes, _walk reason codes; graph walks
+    _reason_codes, _graph_walk  reason codes; graph walks
     _ops          op sets and argument tables
 
 So nothing imports `partition` back, `analysis` imports no stage, and a new unit must be
@@ -40,7 +40,7 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     ("fold", "report"),
     ("analysis", "_marks"),
     ("_options",),
-    ("_codes", "_walk"),
+    ("_reason_codes", "_graph_walk"),
     ("_ops",),
 )
 LAYER_OF: Final = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}
@@ -170,7 +170,7 @@ def test_the_graph_sees_the_imports_the_stages_make() -> None:
     graph = import_graph()
     assert {"analysis", "fold", "report"} <= graph["partition"]
     assert "analysis" in graph["fold"] and "analysis" in graph["report"]
-    assert graph["analysis"] >= {"_ops", "_codes", "_options", "_walk"}
+    assert graph["analysis"] >= {"_ops", "_reason_codes", "_options", "_graph_walk"}
     assert "partition" not in graph["fold"] | graph["report"] | graph["analysis"]
 
 

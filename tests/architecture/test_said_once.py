@@ -2,7 +2,7 @@
 
 What was written several times, and now has one home:
 
-- the registry of stable codes, both families (`xnnfold/_codes.py`);
+- the registry of stable codes, both families (`xnnfold/_code_registry.py`);
 - the lookup of a constant's tensor by its state_dict / constants key (`constant_tensor`,
   `passes/analysis/_nodes.py`);
 - the GEMMs XNNPACK serializes as a fully-connected op, and where each GEMM takes its
@@ -177,5 +177,5 @@ def test_the_codes_have_one_registry() -> None:
     trees = _trees()
     classes = {path: found for path, tree in trees.items() if (found := _code_classes(tree))}
     tables = {path: found for path, tree in trees.items() if (found := _code_tables(tree))}
-    assert classes == {"_codes.py": ["ReasonCode"]}
-    assert tables == {"_codes.py": ["_CODES"]}
+    assert classes == {"_code_registry.py": ["ReasonCode"]}
+    assert tables == {"_code_registry.py": ["_CODES"]}

@@ -12,7 +12,7 @@ from torch import nn
 from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
-from xnnfold.passes._codes import CODES
+from xnnfold.passes._reason_codes import CODES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "reasons.md"
 
@@ -25,7 +25,7 @@ def test_codes_are_well_formed_and_named_once() -> None:
 
 def test_no_code_is_also_a_codemod_code() -> None:
     """A code names one thing: grepping a log for it must not also find codemod findings."""
-    from xnnfold.rewriter.codemod._codes import CODES as CODEMOD_CODES
+    from xnnfold.rewriter.codemod._finding_codes import CODES as CODEMOD_CODES
 
     root = Path(__file__).resolve().parents[2]
     codemod = set(CODEMOD_CODES)
@@ -36,8 +36,8 @@ def test_no_code_is_also_a_codemod_code() -> None:
 def test_both_families_are_the_one_registry() -> None:
     """The reason codes and the codemod's codes are the registry's own objects, and
     together every code it holds."""
-    from xnnfold import _codes as registry
-    from xnnfold.rewriter.codemod._codes import CODES as CODEMOD_CODES
+    from xnnfold import _code_registry as registry
+    from xnnfold.rewriter.codemod._finding_codes import CODES as CODEMOD_CODES
 
     families = {**CODES, **CODEMOD_CODES}
     assert families.keys() == registry.CODES.keys()
@@ -45,7 +45,7 @@ def test_both_families_are_the_one_registry() -> None:
 
 
 def test_the_registry_refuses_a_code_or_a_name_used_before() -> None:
-    from xnnfold._codes import register
+    from xnnfold._code_registry import register
 
     with pytest.raises(ValueError, match="XNF501"):
         register("XNF501", "renumbered", "a code registered twice")
@@ -57,7 +57,7 @@ def test_a_problem_keeps_its_code_through_copy_and_pickle() -> None:
     import copy
     import pickle
 
-    from xnnfold.passes._codes import Problem, RUN_TIME
+    from xnnfold.passes._reason_codes import Problem, RUN_TIME
 
     problem = Problem(RUN_TIME, "the weight is computed at run time")
     for clone in (copy.deepcopy(problem), pickle.loads(pickle.dumps(problem))):

@@ -8,7 +8,7 @@ from typing import Callable
 import torch
 from torch.fx import Graph, Node
 
-from xnnfold.passes._walk import post_order, walk
+from xnnfold.passes._graph_walk import post_order, walk
 
 
 def _diamond() -> tuple[Graph, dict[str, Node]]:

@@ -22,7 +22,7 @@ from xnnfold.passes.partition._configs import (
 )
 from xnnfold.passes.partition._facts import CrossMethodFacts
 from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
-from xnnfold.passes.partition._tied import tie_tables
+from xnnfold.passes.partition._tied_tagging import tie_tables
 
 __all__ = [
     "CrossMethodFacts",

@@ -4,15 +4,15 @@ Every reason the folding partitioner gives carries one, as the codemod's finding
 theirs (XNF1xx to XNF4xx), so that a user can grep a log for one, filter `explain` rows by
 one, or look one up in docs/reasons.md. The code names the rule that decided; the reason
 text beside it says what was seen. Both families are registered in one registry
-(`xnnfold._codes`), which refuses a code or a name used before.
+(`xnnfold._code_registry`), which refuses a code or a name used before.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from xnnfold._codes import family, ReasonCode
-from xnnfold._codes import register as _code
+from xnnfold._code_registry import family, ReasonCode
+from xnnfold._code_registry import register as _code
 
 __all__ = [
     "CODES",

@@ -1,6 +1,6 @@
 """Every reason code, from the unit that gives it, on two tiny programs.
 
-For each code in `xnnfold.passes._codes.CODES`, one entry of `CASES`: a negative program
+For each code in `xnnfold.passes._reason_codes.CODES`, one entry of `CASES`: a negative program
 whose GEMM the rule declines with exactly that code, and a positive one, minimally
 different, that every rule lets through. A code without an entry fails
 `test_every_code_has_a_case`. No runtime and no ``to_executorch``: the end-to-end tier
@@ -19,7 +19,7 @@ from torch.fx import Node
 from torch.nn import functional as F
 
 from xnnfold._meta import CUSTOM_META_KEY, VAL_META_KEY
-from xnnfold.passes._codes import CODES
+from xnnfold.passes._reason_codes import CODES
 from xnnfold.passes._options import FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import new_analysis_cache, Rejection, WeightComputation
 

@@ -1,7 +1,7 @@
 """The codemod's finding codes are registered, emitted and documented, one code each.
 
 A user greps a report for a code and looks it up in docs/codemod.md, so the three must
-agree: every code the rules emit is one of ``xnnfold/rewriter/codemod/_codes.py``'s
+agree: every code the rules emit is one of ``xnnfold/rewriter/codemod/_finding_codes.py``'s
 constants (no string literal elsewhere), every registered code is emitted by some rule
 fixture (``tests/codemod/golden``), and every registered code has a row in the doc's
 table. Runs without torch (the codemod-only install).
@@ -13,10 +13,10 @@ import ast
 import re
 from pathlib import Path
 
-from xnnfold._codes import ReasonCode
+from xnnfold._code_registry import ReasonCode
 from xnnfold.rewriter import transform_source
 from xnnfold.rewriter.codemod import _codes
-from xnnfold.rewriter.codemod._codes import CODES
+from xnnfold.rewriter.codemod._finding_codes import CODES
 
 # The rule fixtures and their per-file options, as the rule tests read them.
 from tests.codemod.test_codemod_rules import _options, INPUTS

@@ -43,7 +43,7 @@ from xnnfold.passes.analysis._nodes import (
 from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
 from xnnfold.passes.analysis._structure import computation_key
-from xnnfold.passes.analysis._tied import (
+from xnnfold.passes.analysis._tied_tables import (
     find_tied_tables,
     read_only_as_linear_weight,
     table_uses,

@@ -24,7 +24,7 @@ from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold._meta import VAL_META_KEY
-from xnnfold.passes._codes import (
+from xnnfold.passes._reason_codes import (
     ADDMM_BIAS_SHAPE,
     ADDMM_SCALES,
     OUTPUT_PADDING,

@@ -9,7 +9,7 @@ from typing import Optional, Union
 from torch.fx import Node
 
 from xnnfold._meta import VAL_META_KEY
-from xnnfold.passes._codes import (
+from xnnfold.passes._reason_codes import (
     DYNAMIC_SHAPE,
     GROWS_PROGRAM,
     SHARED_NOT_FOLDED,

@@ -14,7 +14,7 @@ byte and keeps both copies, with its reason (XNF517). A weight computed from the
 transpose, a cast) is a run-time input of the delegate (XNF504), which stores no copy;
 a quantized weight is another tensor, with other bytes.
 
-This module only finds the tables; the partitioner tags them (`partition/_tied.py`).
+This module only finds the tables; the partitioner tags them (`partition/_tied_tagging.py`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from torch.fx import Node
 
 from xnnfold._meta import DELEGATION_TAG_META_KEY, VAL_META_KEY
 from xnnfold._upstream import schema_of
-from xnnfold.passes._codes import ReasonCode, TIED_OTHER_USE
+from xnnfold.passes._reason_codes import ReasonCode, TIED_OTHER_USE
 from xnnfold.passes.analysis._nodes import (
     constant_fqns,
     constant_tensor,

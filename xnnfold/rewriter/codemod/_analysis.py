@@ -10,7 +10,7 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from xnnfold._upstream import LazyValue
-from xnnfold.rewriter.codemod import _codes as codes
+from xnnfold.rewriter.codemod import _finding_codes as codes
 from xnnfold.rewriter.codemod._names import (
     _FOLDING_PARTITIONER,
     _GEMM_KEYWORDS,

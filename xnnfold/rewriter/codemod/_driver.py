@@ -9,7 +9,7 @@ the file's own encoding included); a ``--check`` gate for CI; a linter-style or 
 and parallel workers whose output does not depend on their number. This module is that
 driver; `run_codemod` is its API, and `xnnfold/cli/_codemod.py` its command line.
 
-Walking the PATH arguments is `_walk`'s (its docstring says what is pruned and how
+Walking the PATH arguments is `_file_walk`'s (its docstring says what is pruned and how
 symlinks and hard links are handled); what a run reports is `_report`'s.
 
 Speed: a file whose bytes hold none of the names the rules match (their `TRIGGER_WORDS`
@@ -53,7 +53,7 @@ from xnnfold.rewriter.codemod._report import (
     STATUS_UNPARSEABLE,
     STATUS_WOULD_REWRITE,
 )
-from xnnfold.rewriter.codemod._walk import _collect, _Target, _UsageError, PRUNED_DIR_NAMES
+from xnnfold.rewriter.codemod._file_walk import _collect, _Target, _UsageError, PRUNED_DIR_NAMES
 
 __all__ = [
     "CodemodSummary",

@@ -5,7 +5,7 @@ filter ``--report`` JSON by one, or look one up in docs/codemod.md; the message 
 says what was seen and what the rewrite does. Every code the rules emit is one of the
 constants below (tests/codemod/test_codemod_codes.py checks that each is emitted by some
 fixture and documented). They are registered in the one registry of xnnfold's codes
-(`xnnfold._codes`, beside the folding partitioner's reason codes, XNF5xx), which refuses a
+(`xnnfold._code_registry`, beside the folding partitioner's reason codes, XNF5xx), which refuses a
 code or a name used before; codes are never reused or renumbered.
 
 ``line:col`` of a finding are 1-based; ``Finding.rewritten`` says whether the new code
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from xnnfold._codes import family
-from xnnfold._codes import register as _code
+from xnnfold._code_registry import family
+from xnnfold._code_registry import register as _code
 
 __all__ = ["CODES"]
 

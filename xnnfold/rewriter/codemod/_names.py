@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Final
 
-from xnnfold.rewriter.codemod._codes import (
+from xnnfold.rewriter.codemod._finding_codes import (
     LEGACY_REMOVE_SPECTRAL_NORM,
     LEGACY_REMOVE_WEIGHT_NORM,
     LEGACY_SPECTRAL_NORM,

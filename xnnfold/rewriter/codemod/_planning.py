@@ -14,7 +14,7 @@ from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvide
 
 from xnnfold.rewriter.codemod._analysis import _Analysis
 from xnnfold.rewriter.codemod._api import CodemodOptions
-from xnnfold.rewriter.codemod._codes import STOCK_PARTITIONER_CALL
+from xnnfold.rewriter.codemod._finding_codes import STOCK_PARTITIONER_CALL
 from xnnfold.rewriter.codemod._names import (
     _LOWER,
     FOLDING_PARTITIONER_OPTIONS,

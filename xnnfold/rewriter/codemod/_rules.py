@@ -22,7 +22,7 @@ This module is the entry point; the rules live in modules of one concern each: `
 records), `_analysis` (the read-only pass), `_planning` (the findings and the plan),
 `_rewrite` (the rewrite and its imports).
 
-Every finding carries a stable code, registered in `_codes` (XNF1xx to XNF4xx) and
+Every finding carries a stable code, registered in `_finding_codes` (XNF1xx to XNF4xx) and
 listed in docs/codemod.md.
 """
 

@@ -19,7 +19,7 @@ import xnnfold
 from xnnfold.fixtures import layer_fixture
 from xnnfold.testing import _compare_outputs, assert_fully_delegated, DelegationCheck
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 WN_CONV = layer_fixture("weight_norm_dim0", "conv1d")

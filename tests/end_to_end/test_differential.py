@@ -71,7 +71,7 @@ SEED: Final = 20261201
 # About 7 s per generated program on a quiet 2-core machine (stock and xnnfold lowering,
 # every .pte run; 2-20 s); a long chain takes minutes (stock lowers a 700-node chain
 # slowly). The full tier runs the first N_MODELS_FULL seeds but those drawing a long chain
-# (tests/partition/test_long_computations.py covers deep chains there); the campaign
+# (tests/passes/partition/test_long_computations.py covers deep chains there); the campaign
 # tier runs all N_MODELS, and benchmarks/differential_campaign.py thousands. Shrinking a
 # failure re-checks it TEST_SHRINK_ATTEMPTS times more, so a failing run takes longer.
 N_MODELS: Final = 32
@@ -748,7 +748,7 @@ def test_a_gemm_with_kept_ops_folds_when_another_method_stores_its_source() -> N
 # A campaign reproducer (seed 2, program 210): the addmm's bias is `mm(a, 3 - p)`, a GEMM
 # whose own weight is marked too; folding the inner weight first erased nodes the bias
 # computation still listed ("Expected a proper Tensor but got None"). Computations are
-# now folded outermost first (tests/partition/test_nested_gemms.py).
+# now folded outermost first (tests/passes/partition/test_nested_gemms.py).
 def test_a_gemm_inside_a_bias_computation_folds_outermost_first() -> None:
     program = reproducers.gemm_inside_a_bias_computation()
     outcome = check_program(program, ("b",))
@@ -770,7 +770,7 @@ def test_a_declined_gemm_keeps_the_source_another_method_would_fold() -> None:
 # A campaign reproducer (seed 3, program 236): a conv_transpose2d whose stored kernel is
 # also read by an elementwise op (`abs`) was delegated, and XNNPACK computed it wrongly
 # (off by 5.3; the stock partitioner is wrong too, and here failed to run). A 2D kernel
-# a non-convolution shares now stays on portable (tests/partition/test_convolution_arguments.py).
+# a non-convolution shares now stays on portable (tests/passes/partition/test_convolution_arguments.py).
 def test_a_2d_kernel_a_non_convolution_shares_stays_on_portable() -> None:
     program = reproducers.shared_2d_kernel()
     outcome = check_program(program, ("a", "b", "d"))
@@ -781,7 +781,7 @@ def test_a_2d_kernel_a_non_convolution_shares_stays_on_portable() -> None:
 # behind an identity permute (`.permute(0, 1)`); folding it would grow the program, so it
 # was delegated with the weight computed at run time, and XNNPACK's ConvertToLinearPass
 # read the permute as a transpose: a lowering error here, a silently wrong result for a
-# square weight (tests/partition/test_run_time_weights.py). Such a GEMM now stays on portable.
+# square weight (tests/passes/partition/test_run_time_weights.py). Such a GEMM now stays on portable.
 def test_a_run_time_weight_behind_an_identity_permute_stays_on_portable() -> None:
     program = reproducers.run_time_weight_behind_an_identity_permute()
     outcome = check_program(program)

@@ -38,7 +38,7 @@ from xnnfold.passes.analysis._constants import constant_map
 
 from tests.support.sweeps import count_sweeps
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = pytest.mark.slow
 
 LINEAR = torch.ops.aten.linear.default

@@ -23,7 +23,7 @@ from xnnfold.passes._reason_codes import CODES
 from xnnfold.passes._options import FoldOptions, GrowthBudget
 from xnnfold.passes.analysis import new_analysis_cache, Rejection, WeightComputation
 
-from tests.unit._harness import (
+from tests.passes.analysis._harness import (
     ACCEPTED,
     ARGUMENT_RULES,
     Judge,

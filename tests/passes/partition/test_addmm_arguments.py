@@ -21,7 +21,7 @@ from xnnfold.passes._marks import fold_mark_of
 
 from tests._lowering import lower_stock
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 IN_FEATURES, OUT_FEATURES, BATCH = 16, 8, 4

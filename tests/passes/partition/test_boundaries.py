@@ -50,7 +50,7 @@ import xnnfold
 from xnnfold._meta import FOLD_META_KEY
 from xnnfold.passes import XnnpackFoldingPartitioner
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"

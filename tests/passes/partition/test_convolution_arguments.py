@@ -18,7 +18,7 @@ from torch.nn.utils.parametrizations import weight_norm
 
 import xnnfold
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 CHANNELS = 4

@@ -31,7 +31,7 @@ from xnnfold.passes.partition._decompositions import decomposed_ops, filter_is_r
 from tests._lowering import fixture_by_name
 from tests._tiers import campaign_unless
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = pytest.mark.slow
 
 aten = torch.ops.aten

@@ -21,7 +21,7 @@ from xnnfold import XnnpackFoldingPartitioner
 from xnnfold.fixtures._patterns import ChainedWeight
 from xnnfold.passes.partition._grouping import DisjointSets
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = pytest.mark.slow
 
 

@@ -39,7 +39,7 @@ from xnnfold.passes._ops import EDGE_GEMM_ARGS
 
 from tests._lowering import Lowered
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 MODES = ["static", "dynamic"]

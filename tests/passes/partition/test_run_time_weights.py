@@ -27,7 +27,7 @@ from torch import nn
 import xnnfold
 from xnnfold._upstream import supports_bf16
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 # A rank-2 product of 16x2 and 2x16 parameters: folding it would store 1 KiB in place of

@@ -26,7 +26,7 @@ from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyc
 from tests._lowering import lower_folding, lower_stock
 from tests.support.packed_sources import PackedWithDeclinedReader
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 

@@ -31,7 +31,7 @@ from torch.nn.utils.parametrizations import spectral_norm, weight_norm
 import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 

@@ -19,7 +19,7 @@ from xnnfold.passes.report._reasons import collect_why_reasons
 
 from tests._lowering import lower_stock
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"

@@ -3,7 +3,7 @@
 A user greps a report for a code and looks it up in docs/codemod.md, so the three must
 agree: every code the rules emit is one of ``xnnfold/rewriter/codemod/_finding_codes.py``'s
 constants (no string literal elsewhere), every registered code is emitted by some rule
-fixture (``tests/codemod/golden``), and every registered code has a row in the doc's
+fixture (``tests/rewriter/codemod/golden``), and every registered code has a row in the doc's
 table. Runs without torch (the codemod-only install).
 """
 
@@ -15,13 +15,13 @@ from pathlib import Path
 
 from xnnfold._code_registry import ReasonCode
 from xnnfold.rewriter import transform_source
-from xnnfold.rewriter.codemod import _codes
+from xnnfold.rewriter.codemod import _finding_codes
 from xnnfold.rewriter.codemod._finding_codes import CODES
 
 # The rule fixtures and their per-file options, as the rule tests read them.
-from tests.codemod.test_codemod_rules import _options, INPUTS
+from tests.rewriter.codemod.test_codemod_rules import _options, INPUTS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CODEMOD_PACKAGE = ROOT / "xnnfold" / "rewriter" / "codemod"
 _CODE_RE = re.compile(r"XNF\d{3}")
 
@@ -54,7 +54,7 @@ def test_no_module_but_the_registry_spells_a_code() -> None:
     offenders = [
         f"{path.name}:{node.lineno} {node.value!r}"
         for path in sorted(CODEMOD_PACKAGE.glob("*.py"))
-        if path.name != "_codes.py"
+        if path.name != "_finding_codes.py"
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
@@ -71,5 +71,5 @@ def test_every_registered_code_is_documented() -> None:
 
 
 def test_each_code_is_a_module_constant() -> None:
-    constants = {value.code for value in vars(_codes).values() if isinstance(value, ReasonCode)}
+    constants = {value.code for value in vars(_finding_codes).values() if isinstance(value, ReasonCode)}
     assert constants == set(CODES)

@@ -17,7 +17,7 @@ from xnnfold.rewriter import transform_source
 from xnnfold.rewriter.codemod._driver import run_codemod
 
 # The rule fixtures and their per-file options, as the rule tests read them.
-from tests.codemod.test_codemod_rules import _options, GOLDEN, INPUTS
+from tests.rewriter.codemod.test_codemod_rules import _options, GOLDEN, INPUTS
 
 
 def _id(path: Path) -> str:

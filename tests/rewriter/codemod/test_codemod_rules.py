@@ -1,6 +1,6 @@
 """The codemod's per-file rules, one fixture file at a time.
 
-Each ``tests/codemod/golden/<rule>/<name>.in.py`` is run through `transform_source`;
+Each ``tests/rewriter/codemod/golden/<rule>/<name>.in.py`` is run through `transform_source`;
 ``<name>.out.py`` is the expected rewrite (absent: the file must come back unchanged) and
 ``<name>.report.txt`` holds one expected finding per line as ``line:col: CODE message``
 prefixes, ``CODE*`` marking a rewritten site. A ``# codemod-options: key=true|false`` line
@@ -361,7 +361,7 @@ def test_libcst_tool_runs_the_command(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[3])},
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]

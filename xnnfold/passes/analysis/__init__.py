@@ -6,7 +6,7 @@ argument folds: `decide`, the decision ladder (`_verdict`), which applies the pr
 cannot disagree. Beside it: the per-argument rules XNNPACK's GEMMs impose
 (`_arguments`), the growth budget's per-method ledger (`_growth`), and the small node
 helpers and analysis caches they are built on. This package imports none of the stages
-(`tests/install/test_passes_layers.py`), and only it calls the predicate.
+(`tests/architecture/test_passes_layers.py`), and only it calls the predicate.
 """
 
 from xnnfold.passes.analysis._arguments import (

@@ -3,7 +3,7 @@
 A finding's code names the rule that matched, so that a user can grep a report for one,
 filter ``--report`` JSON by one, or look one up in docs/codemod.md; the message beside it
 says what was seen and what the rewrite does. Every code the rules emit is one of the
-constants below (tests/codemod/test_codemod_codes.py checks that each is emitted by some
+constants below (tests/rewriter/codemod/test_codemod_codes.py checks that each is emitted by some
 fixture and documented). They are registered in the one registry of xnnfold's codes
 (`xnnfold._code_registry`, beside the folding partitioner's reason codes, XNF5xx), which refuses a
 code or a name used before; codes are never reused or renumbered.

@@ -9,8 +9,8 @@ programs run, failures per oracle (those where the stock program is as wrong as
 xnnfold's marked "upstream"), per-kind counts, wall time, and every failure's
 reproducer.
 
-    python benchmarks/differential_campaign.py --models 2000 --seed 1 \\
-        --out benchmarks/differential_results.md
+    python benchmarks/correctness/differential_campaign.py --models 2000 --seed 1 \\
+        --out benchmarks/correctness/differential_results.md
 
 Deterministic for a given ``--seed``/``--models``/``--shrink-attempts``; ``--max-chain-steps``
 bounds the long-chain scenario (its stock lowering costs ~40 ms a node here).
@@ -26,13 +26,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Final, Optional
 
-ROOT: Final = Path(__file__).resolve().parent.parent
+ROOT: Final = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # `tests` is a package of the repository, not installed
 
 import logging  # noqa: E402
 import warnings  # noqa: E402
 
-from tests.end_to_end.test_differential import (  # noqa: E402
+from tests.support.differential import (  # noqa: E402
     check_program,
     ORACLE_NAMES,
     ORACLES,
@@ -46,7 +46,7 @@ from tests.support.grammar import generate_program, GenOptions, program_kinds  #
 logging.getLogger("xnnfold").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore")
 
-DEFAULT_OUT: Final = ROOT / "benchmarks" / "differential_results.md"
+DEFAULT_OUT: Final = Path(__file__).with_name("differential_results.md")
 DEFAULT_SHRINK_ATTEMPTS: Final = 20
 # Distinct failures are keyed by oracle and the message up to its first digit: the same
 # bug on another program differs in numbers, not in words.
@@ -148,7 +148,7 @@ def run(
     lines = [
         "# Differential campaign",
         "",
-        f"`python benchmarks/differential_campaign.py --models {models} --seed {seed} "
+        f"`python benchmarks/correctness/differential_campaign.py --models {models} --seed {seed} "
         f"--shrink-attempts {shrink_attempts} --max-chain-steps {max_chain_steps}"
         + (f" --time-budget {time_budget:g}" if time_budget is not None else "")
         + (f" --long-chain-weight {long_chain_weight:g}" if long_chain_weight is not None else "")

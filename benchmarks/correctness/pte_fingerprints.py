@@ -14,8 +14,8 @@ For the ``xnnfold`` variant it also records the SHA-256 of `xnnfold.explain`'s r
 each GEMM ran, what folded, each reason with its code, the growth ledger), so a refactor
 that keeps the bytes but changes a reason shows too.
 
-    python benchmarks/pte_fingerprints.py --write benchmarks/pte_fingerprints.json
-    python benchmarks/pte_fingerprints.py --check benchmarks/pte_fingerprints.json
+    python benchmarks/correctness/pte_fingerprints.py --write benchmarks/correctness/pte_fingerprints.json
+    python benchmarks/correctness/pte_fingerprints.py --check benchmarks/correctness/pte_fingerprints.json
 
 ``--check`` exits 1 and lists every program whose bytes differ (or that no longer
 lowers), and every fixture with nothing to fold (`SAME_AS_STOCK`: a tied language model)

@@ -14,11 +14,11 @@ tester's default partitioner and the XNNPACK recipes all build the folding one.
 Usage (from the repository root; each run takes minutes, the default selection about 336
 tests)::
 
-    PYTHONPATH=$PWD python benchmarks/upstream_suite.py
-    PYTHONPATH=$PWD python benchmarks/upstream_suite.py --paths ops/test_linear.py passes
-    PYTHONPATH=$PWD python benchmarks/upstream_suite.py --only folding -k linear
-    PYTHONPATH=$PWD python benchmarks/upstream_suite.py --keep /tmp/suite  # reports kept
-    PYTHONPATH=$PWD python benchmarks/upstream_suite.py --compare /tmp/suite
+    PYTHONPATH=$PWD python benchmarks/correctness/upstream_suite.py
+    PYTHONPATH=$PWD python benchmarks/correctness/upstream_suite.py --paths ops/test_linear.py passes
+    PYTHONPATH=$PWD python benchmarks/correctness/upstream_suite.py --only folding -k linear
+    PYTHONPATH=$PWD python benchmarks/correctness/upstream_suite.py --keep /tmp/suite  # reports kept
+    PYTHONPATH=$PWD python benchmarks/correctness/upstream_suite.py --compare /tmp/suite
 
 Paths are relative to executorch's XNNPACK test directory. Arguments after ``--`` go to
 pytest unchanged. Exit code 0 when both runs have the same outcome for every test, 1

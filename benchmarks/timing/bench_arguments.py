@@ -6,7 +6,7 @@ stock `XnnpackPartitioner` and with `XnnpackFoldingPartitioner`, runs both `.pte
 through executorch.runtime, and prints where the addmm ran and the max abs error against
 eager (outputs are O(10)).
 
-    python benchmarks/bench_arguments.py
+    python benchmarks/timing/bench_arguments.py
 """
 
 from __future__ import annotations

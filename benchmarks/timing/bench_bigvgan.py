@@ -6,7 +6,7 @@ Lowers the model three ways (stock `XnnpackPartitioner`; `XnnpackFoldingPartitio
 through `executorch.runtime`, and times them interleaved (one thread, medians in ms):
 
     pip install --no-deps bigvgan==2.4.1 && pip install huggingface_hub
-    python benchmarks/bench_bigvgan.py --frames 64 --rounds 5
+    python benchmarks/timing/bench_bigvgan.py --frames 64 --rounds 5
 
 bigvgan's package imports librosa, matplotlib and scipy for training and plotting only;
 the generator does not use them, so this script stands in empty modules for them rather

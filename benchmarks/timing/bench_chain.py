@@ -10,7 +10,7 @@ linear). The stock program of a long chain delegates the chain's elementwise ops
 exceed XNNPACK's 4096 external values, so it is timed, not run; xnnfold's is run against
 eager.
 
-    python benchmarks/bench_chain.py --steps 250 500 1000 2500 --repeats 3 --stock-max-steps 1000
+    python benchmarks/timing/bench_chain.py --steps 250 500 1000 2500 --repeats 3 --stock-max-steps 1000
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ sites, parametrizations, legacy state_dict keys, weights computed in forward, or
 code that lowers to XNNPACK. Times the report with 1 and 2 workers, with the driver's
 trigger-word pre-filter (the default) and without it (every file parsed), checks that
 every variant reports the same findings, prints a markdown table and writes it to
-``benchmarks/codemod_results.md``.
+``benchmarks/timing/codemod_results.md``.
 
-    python benchmarks/bench_codemod.py --files 2000 --jobs 1 2
+    python benchmarks/timing/bench_codemod.py --files 2000 --jobs 1 2
 """
 
 from __future__ import annotations
@@ -354,7 +354,7 @@ def main() -> int:
     load = os.getloadavg()
     full = [s.elapsed_s for prefilter, _, s, _ in rows if prefilter]
     lines = [
-        f"`python benchmarks/bench_codemod.py --files {args.files}`: "
+        f"`python benchmarks/timing/bench_codemod.py --files {args.files}`: "
         f"{args.files:,} generated files ({size / 1e6:.1f} MB; "
         + ", ".join(f"{kind} {n}" for kind, n in counts.items())
         + f"), `--report` mode; {platform.machine()}, {os.cpu_count()} cores, "

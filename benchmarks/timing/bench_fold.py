@@ -4,7 +4,7 @@ Each fixture is lowered three ways and run through executorch.runtime; timed cal
 interleaved across the three programs (one call of each per round) so that machine noise
 hits all of them alike. Writes a markdown table with medians and ratios.
 
-    python benchmarks/bench_fold.py --runs 30 --out benchmarks/results.md
+    python benchmarks/timing/bench_fold.py --runs 30 --out benchmarks/timing/results.md
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def main() -> int:
     lines = [
         "# xnnfold benchmark",
         "",
-        f"`python benchmarks/bench_fold.py --runs {args.runs}` on {platform.machine()}, "
+        f"`python benchmarks/timing/bench_fold.py --runs {args.runs}` on {platform.machine()}, "
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; "
         "medians over interleaved rounds.",
         "",

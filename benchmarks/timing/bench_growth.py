@@ -8,8 +8,8 @@ timed interleaved (the order alternates per repeat); the table gives the median 
 call, the ratio, the ``.pte`` bytes, the GEMMs on portable, the bytes the folds added and
 the largest difference from eager.
 
-    python benchmarks/bench_growth.py --fixtures anti_aliased_block --length 4096 \\
-        --repeats 7 --calls 20 --out benchmarks/growth_results.md
+    python benchmarks/timing/bench_growth.py --fixtures anti_aliased_block --length 4096 \\
+        --repeats 7 --calls 20 --out benchmarks/timing/growth_results.md
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.out is not None:
-        command = "python " + " ".join(["benchmarks/bench_growth.py", *sys.argv[1:]])
+        command = "python " + " ".join(["benchmarks/timing/bench_growth.py", *sys.argv[1:]])
         args.out.write_text(
             "# Growth budget: latency and program bytes\n\n"
             f"Measured with (one thread, interleaved, {args.repeats} repeats of "

@@ -22,8 +22,8 @@ the targets are judged on CPU time, which other processes on a shared machine in
 less than wall time (both are in the table). Every variant's last program is run once through
 executorch.runtime against eager, untimed.
 
-    python benchmarks/bench_lowering.py                # full: writes benchmarks/lowering_results.md
-    python benchmarks/bench_lowering.py --quick        # smaller graphs, 2 repeats, < ~3 min
+    python benchmarks/timing/bench_lowering.py                # full: writes benchmarks/timing/lowering_results.md
+    python benchmarks/timing/bench_lowering.py --quick        # smaller graphs, 2 repeats, < ~3 min
 """
 
 from __future__ import annotations
@@ -339,7 +339,7 @@ def main() -> int:
     lines = [
         "# xnnfold lowering cost",
         "",
-        f"`python benchmarks/bench_lowering.py{' --quick' if args.quick else ''} --repeats {repeats}"
+        f"`python benchmarks/timing/bench_lowering.py{' --quick' if args.quick else ''} --repeats {repeats}"
         f"{'' if args.cases == list(CASES) else ' --cases ' + ' '.join(args.cases)}` "
         f"on {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}. "
         "Timed: `to_edge_transform_and_lower(...).to_executorch()`; `torch.export` runs before "

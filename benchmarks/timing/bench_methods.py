@@ -6,7 +6,7 @@ Method ``embed`` is ``self.emb(ids)``, method ``logits`` is ``x @ self.emb.weigh
 bytes, where the mm runs, and each method's max abs error against eager (through
 executorch.runtime).
 
-    python benchmarks/bench_methods.py
+    python benchmarks/timing/bench_methods.py
 """
 
 from __future__ import annotations

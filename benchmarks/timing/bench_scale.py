@@ -18,8 +18,8 @@ wall time (``torch.export`` through ``to_executorch``), peak RSS of the process,
 bytes, median latency through executorch.runtime with the two programs called alternately
 in one process, and the max abs difference of each from eager. Ratios are xnnfold / hand.
 
-    python benchmarks/bench_scale.py                          # all four models
-    python benchmarks/bench_scale.py --models hifigan --runs 5
+    python benchmarks/timing/bench_scale.py                          # all four models
+    python benchmarks/timing/bench_scale.py --models hifigan --runs 5
 
 Needs ``transformers`` and ``timm`` beside xnnfold's lowering stack.
 """
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             for variant in VARIANTS:
                 (out / f"{name}.{variant}.pte").unlink()
 
-    command = "python benchmarks/bench_scale.py " + " ".join(
+    command = "python benchmarks/timing/bench_scale.py " + " ".join(
         (["--models", *args.models] if args.models != list(MODELS) else [])
         + ["--runs", str(args.runs), "--lowerings", str(args.lowerings)]
     )

@@ -12,8 +12,8 @@ program with ``external_constants=True``; then load time (``load_program`` +
 programs alternating round by round, the order reversed every other round, medians,
 minimums and ratios, and each program's max abs error against eager.
 
-    python benchmarks/bench_tied.py [--rounds 15] [--length 32]
-    python benchmarks/bench_tied.py --files /tmp/bench_tied-XXXX --rounds 61  # time only
+    python benchmarks/timing/bench_tied.py [--rounds 15] [--length 32]
+    python benchmarks/timing/bench_tied.py --files /tmp/bench_tied-XXXX --rounds 61  # time only
 """
 
 from __future__ import annotations

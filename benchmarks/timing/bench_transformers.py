@@ -7,8 +7,8 @@ through the runner, interleaved (the two variants alternate, the first of each p
 alternating too), and prints the median latency of each, the ratio, the GEMMs left on
 portable and the `.pte` bytes. Needs transformers (``pip install "xnnfold[transformers]"``).
 
-    python benchmarks/bench_transformers.py --runs 20
-    python benchmarks/bench_transformers.py --base --runs 5 --samples 16000
+    python benchmarks/timing/bench_transformers.py --runs 20
+    python benchmarks/timing/bench_transformers.py --base --runs 5 --samples 16000
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ import xnnfold
 from xnnfold import XnnpackFoldingPartitioner
 from xnnfold._upstream import supports_bf16
 from xnnfold.passes import FoldingLinearConfig, FoldOptions
-from xnnfold.passes._reason_codes import SHARED_TOO_WIDE
 from xnnfold.passes._marks import fold_mark_of
+from xnnfold.passes._reason_codes import SHARED_TOO_WIDE
 from xnnfold.passes.analysis import (
     find_weight_computation,
     Rejection,

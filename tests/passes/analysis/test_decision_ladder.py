@@ -14,8 +14,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import CUSTOM_META_KEY, PRESERVED_META_KEY
-from xnnfold.passes._reason_codes import BEYOND_BUDGET, OTHER_READER, RUN_TIME, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions, NO_GROWTH
+from xnnfold.passes._reason_codes import BEYOND_BUDGET, OTHER_READER, RUN_TIME, WRITTEN_ELSEWHERE
 from xnnfold.passes.analysis import (
     decide,
     Decision,

@@ -19,8 +19,8 @@ from torch.fx import Node
 from torch.nn import functional as F
 
 from xnnfold._meta import CUSTOM_META_KEY, VAL_META_KEY
-from xnnfold.passes._reason_codes import CODES
 from xnnfold.passes._options import FoldOptions, GrowthBudget
+from xnnfold.passes._reason_codes import CODES
 from xnnfold.passes.analysis import new_analysis_cache, Rejection, WeightComputation
 
 from tests.passes.analysis._harness import (

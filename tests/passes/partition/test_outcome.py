@@ -15,8 +15,8 @@ from torch.fx import Node
 
 from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
 from xnnfold.passes import FoldOptions
-from xnnfold.passes._reason_codes import BEYOND_BUDGET, OTHER_READER, Problem, STOCK, TIED_OTHER_USE
 from xnnfold.passes._marks import fold_mark_of, FoldMark, GemmReason, reason_of
+from xnnfold.passes._reason_codes import BEYOND_BUDGET, OTHER_READER, Problem, STOCK, TIED_OTHER_USE
 from xnnfold.passes.analysis import Rejection, UntiedTable
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.partition._outcome import (

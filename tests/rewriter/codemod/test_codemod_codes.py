@@ -71,5 +71,7 @@ def test_every_registered_code_is_documented() -> None:
 
 
 def test_each_code_is_a_module_constant() -> None:
-    constants = {value.code for value in vars(_finding_codes).values() if isinstance(value, ReasonCode)}
+    constants = {
+        value.code for value in vars(_finding_codes).values() if isinstance(value, ReasonCode)
+    }
     assert constants == set(CODES)

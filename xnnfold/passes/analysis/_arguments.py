@@ -24,6 +24,7 @@ from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold._meta import VAL_META_KEY
+from xnnfold.passes._ops import CONVOLUTION_TARGETS, EDGE_PERMUTE, EDGE_TRANSPOSES
 from xnnfold.passes._reason_codes import (
     ADDMM_BIAS_SHAPE,
     ADDMM_SCALES,
@@ -32,7 +33,6 @@ from xnnfold.passes._reason_codes import (
     Problem,
     SHARED_KERNEL,
 )
-from xnnfold.passes._ops import CONVOLUTION_TARGETS, EDGE_PERMUTE, EDGE_TRANSPOSES
 
 __all__ = [
     "ADDMM_BIAS",

@@ -15,10 +15,10 @@ from typing import Optional, Union
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._reason_codes import EXTERNAL_DATA, RUN_TIME, TOO_MANY_NODES
+from xnnfold.passes._graph_walk import post_order
 from xnnfold.passes._ops import GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._graph_walk import post_order
+from xnnfold.passes._reason_codes import EXTERNAL_DATA, RUN_TIME, TOO_MANY_NODES
 from xnnfold.passes.analysis._cache import AnalysisCache, ConstantMap, own_cache
 from xnnfold.passes.analysis._constants import constant_map, op_problem, weight_only_of
 from xnnfold.passes.analysis._growth import (

@@ -35,8 +35,8 @@ from typing import AbstractSet, Callable, Optional, Union
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._reason_codes import BEYOND_BUDGET, WRITTEN_ELSEWHERE
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._reason_codes import BEYOND_BUDGET, WRITTEN_ELSEWHERE
 from xnnfold.passes.analysis._cache import AnalysisCache, own_cache
 from xnnfold.passes.analysis._growth import gemm_op_name, has_run_time_weight_form
 from xnnfold.passes.analysis._predicates import find_weight_computation

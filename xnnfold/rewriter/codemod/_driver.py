@@ -40,6 +40,7 @@ import warnings
 from typing import Callable, Final, Iterable, Optional, Sequence, TextIO, Union
 
 from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, UnparseableSource
+from xnnfold.rewriter.codemod._file_walk import _collect, _Target, _UsageError, PRUNED_DIR_NAMES
 from xnnfold.rewriter.codemod._report import (
     _Progress,
     CodemodSummary,
@@ -53,7 +54,6 @@ from xnnfold.rewriter.codemod._report import (
     STATUS_UNPARSEABLE,
     STATUS_WOULD_REWRITE,
 )
-from xnnfold.rewriter.codemod._file_walk import _collect, _Target, _UsageError, PRUNED_DIR_NAMES
 
 __all__ = [
     "CodemodSummary",

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import torch
 
-from xnnfold.cli._demo import compare_fixture, format_table
-from xnnfold.fixtures import FIXTURES
+from xnnfold.fixtures import compare_fixture, comparison_table, FIXTURES
 
 # Left out of the default run: lowering it three ways takes minutes (tests/end_to_end/test_patterns.py
 # covers it); pass --fixtures hundred_weight_norm to include it.
@@ -81,7 +80,7 @@ def main() -> int:
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}; "
         "medians over interleaved rounds.",
         "",
-        format_table(rows),
+        comparison_table(rows),
         "",
         "| model | stock / xnnfold latency | xnnfold / hand-folded latency | .pte bytes xnnfold - hand-folded | lowering time xnnfold / hand-folded |",
         "|---|---|---|---|---|",

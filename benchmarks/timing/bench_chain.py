@@ -26,7 +26,7 @@ from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPar
 from executorch.exir import to_edge_transform_and_lower
 
 import xnnfold
-from xnnfold.fixtures._patterns import ChainedWeight
+from xnnfold.fixtures import ChainedWeight
 
 warnings.filterwarnings("ignore")
 VARIANTS = ("xnnfold", "stock")

@@ -25,8 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from xnnfold.rewriter.codemod._api import CodemodOptions
-from xnnfold.rewriter.codemod._driver import CodemodSummary, run_codemod
+from xnnfold.rewriter.codemod import CodemodOptions, CodemodSummary, run_codemod
 
 TARGET_S = 60.0
 

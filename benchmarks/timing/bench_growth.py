@@ -71,9 +71,13 @@ def survey() -> list[str]:
     """Every fixture's folds that grow the program and may spend budget (a GEMM with no
     run-time-weight form), measured on the exported program: the evidence for the
     default budget."""
-    from xnnfold.passes._options import FoldOptions
-    from xnnfold.passes.analysis import find_weight_computation, gemm_positions
-    from xnnfold.passes.analysis._growth import growth_of, program_bytes
+    from xnnfold.passes import FoldOptions
+    from xnnfold.passes.analysis import (
+        find_weight_computation,
+        gemm_positions,
+        growth_of,
+        program_bytes,
+    )
 
     lines = [
         "| fixture | growing folds (groups) | largest fold (bytes) | all folds (bytes) "
@@ -90,7 +94,7 @@ def survey() -> list[str]:
             positions = gemm_positions(node) or ()
             for index in positions:
                 result = find_weight_computation(
-                    node, index, ep, arg_positions=positions, options=FoldOptions(), _budgeted=False
+                    node, index, ep, arg_positions=positions, options=FoldOptions(), budgeted=False
                 )
                 growth = growth_of(result)
                 if growth is not None:

@@ -27,8 +27,8 @@ from xnnfold.passes.analysis._constants import (
     is_constant_source,
     stored_constants,
 )
+from xnnfold.passes.analysis._growth import growth_of, noted_growth, program_bytes
 from xnnfold.passes.analysis._growth import node_bytes as value_bytes
-from xnnfold.passes.analysis._growth import noted_growth
 from xnnfold.passes.analysis._nodes import (
     arg_role,
     constant_fqns,
@@ -96,6 +96,7 @@ __all__ = [
     "find_tied_tables",
     "find_weight_computation",
     "gemm_positions",
+    "growth_of",
     "input_dependent",
     "is_constant_node",
     "is_constant_source",
@@ -106,6 +107,7 @@ __all__ = [
     "noted_growth",
     "op_overload",
     "permuted_weight_problem",
+    "program_bytes",
     "read_only_as_linear_weight",
     "shared_kernel_problem",
     "site_of",

@@ -3,7 +3,7 @@
 The problem: the pytest tier (``tests/end_to_end/test_differential.py``) can afford ~45 programs;
 rare combinations (a bias of shape ``(M, 1)`` on an ``addmm`` with ``beta = 0`` in a
 dynamic method) need thousands. This CLI runs the same generator
-(`tests.support.grammar`) and the same oracles (`tests.end_to_end.test_differential.check_program`)
+(`tests.support.grammar`) and the same oracles (`tests.support.differential.check_program`)
 over ``--models`` seeds, shrinks each failure greedily, and writes a Markdown summary:
 programs run, failures per oracle (those where the stock program is as wrong as
 xnnfold's marked "upstream"), per-kind counts, wall time, and every failure's

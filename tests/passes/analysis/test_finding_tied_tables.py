@@ -1,8 +1,7 @@
 """Which constants are tied tables, on partitioned programs (no lowering, no runtime).
 
-`find_tied_tables` reads the program the partitioner tagged; `table_uses` and
-`tied_across_methods` read the exported programs of several methods (the partitioner
-through `CrossMethodFacts`, the deprecated `xnnfold.tie_tables` directly). The end-to-end
+`find_tied_tables` reads the program the partitioner tagged; `table_uses` reads the
+exported programs of several methods (the partitioner through `CrossMethodFacts`). The end-to-end
 checks (bytes written, outputs through executorch.runtime) are in
 tests/end_to_end/test_tied_tables.py.
 """
@@ -179,26 +178,6 @@ def test_a_method_computing_a_weight_from_the_table_leaves_it_untied() -> None:
     lookup's copy would only add a data file."""
     tags = _tags(_two_methods(nn.Embedding(32, 8), LogitsAndScaled), tie_tables=True)
     assert tags == {"embed": [], "logits": []}
-
-
-def test_deprecated_tie_tables_tags_what_the_partitioner_would() -> None:
-    programs = _two_methods(nn.Embedding(32, 8))
-    with pytest.deprecated_call(match="tie_tables=True"):
-        found = xnnfold.tie_tables(programs)
-    assert found == {"embed": ("p_emb_weight",), "logits": ("p_emb_weight",)}
-    for ep in programs.values():
-        (table,) = [n for n in ep.graph.nodes if n.name == "p_emb_weight"]
-        assert external_tag(table) == EXTERNAL_CONSTANT_TAG
-
-
-@pytest.mark.slow
-def test_deprecated_tie_tables_leaves_a_table_with_a_computed_weight_alone() -> None:
-    """A method that computes a weight from the table is no half of a tie, so no fold or
-    run-time weight of it sees a tagged source (XNF503)."""
-    programs = _two_methods(nn.Embedding(32, 8), LogitsAndScaled)
-    with pytest.deprecated_call():
-        assert xnnfold.tie_tables(programs) == {}
-    assert all(external_tag(n) is None for ep in programs.values() for n in ep.graph.nodes)
 
 
 def test_storing_a_table_in_a_data_file_is_said_with_the_fix(

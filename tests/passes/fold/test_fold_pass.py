@@ -107,12 +107,6 @@ def test_rechecks_with_the_options_the_partitioner_marked() -> None:
         FoldComputedWeightsPass(ep)(ep.graph_module)
 
 
-def test_the_options_keyword_is_deprecated_and_changes_nothing() -> None:
-    ep = _delegate_program(lowered_folding("weight_norm_dim0-conv1d").edge)
-    with pytest.warns(DeprecationWarning, match="has no effect"):
-        FoldComputedWeightsPass(ep, options=FoldOptions(max_fold_nodes=1))
-
-
 def _add_reader(ep: ExportedProgram, value: torch.fx.Node) -> None:
     """Give ``value`` one more reader in the delegate program, outside any computation."""
     from executorch.exir.dialects._ops import ops as exir_ops

@@ -48,7 +48,6 @@ from xnnfold.passes.analysis._tied_tables import (
     read_only_as_linear_weight,
     table_uses,
     TableUses,
-    tied_across_methods,
     TiedTable,
     TiedTables,
     UntiedTable,
@@ -113,7 +112,6 @@ __all__ = [
     "site_of",
     "stored_constants",
     "table_uses",
-    "tied_across_methods",
     "value_bytes",
     "written_elsewhere",
 ]

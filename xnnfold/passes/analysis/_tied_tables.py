@@ -31,7 +31,6 @@ from xnnfold._upstream import schema_of
 from xnnfold.passes._reason_codes import ReasonCode, TIED_OTHER_USE
 from xnnfold.passes.analysis._nodes import (
     constant_fqns,
-    constant_tensor,
     external_tag,
     op_overload,
     readers,
@@ -46,7 +45,6 @@ __all__ = [
     "find_tied_tables",
     "read_only_as_linear_weight",
     "table_uses",
-    "tied_across_methods",
 ]
 
 # The op whose weight XNNPACK stores byte for byte as the program holds it, and the
@@ -226,40 +224,3 @@ def table_uses(ep: ExportedProgram) -> TableUses:
             if isinstance(val, torch.Tensor) and val.dtype in _KEPT_DTYPES:
                 as_weight.add(fqn)  # type: ignore[arg-type]
     return TableUses(frozenset(as_weight), frozenset(looked_up))
-
-
-def tied_across_methods(programs: dict[str, ExportedProgram]) -> dict[str, tuple[str, ...]]:
-    """Method -> placeholders of the tables stored once across methods: one method reads
-    the table as a linear's own weight and another reads it the same way or only looks it
-    up (`table_uses`), on the exported (ATen) programs.
-
-    The methods must share the tensor itself (exported from modules that hold the same
-    parameter); a table only one method reads is the partitioner's to find.
-    """
-    uses = {method: table_uses(ep) for method, ep in programs.items()}
-    weight_readers: dict[int, set[str]] = {}
-    readers_of: dict[int, set[str]] = {}
-    for method, ep in programs.items():
-        for fqn in uses[method].as_linear_weight | uses[method].looked_up:
-            tensor = constant_tensor(ep, fqn)
-            if tensor is None:
-                continue
-            readers_of.setdefault(id(tensor), set()).add(method)
-            if fqn in uses[method].as_linear_weight:
-                weight_readers.setdefault(id(tensor), set()).add(method)
-    shared = {
-        key
-        for key, methods in readers_of.items()
-        if any(methods - {method} for method in weight_readers.get(key, ()))
-    }
-    found: dict[str, tuple[str, ...]] = {}
-    for method, ep in programs.items():
-        halves = uses[method].as_linear_weight | uses[method].looked_up
-        names = [
-            placeholder
-            for placeholder, fqn in constant_fqns(ep).items()
-            if fqn in halves and id(constant_tensor(ep, fqn)) in shared
-        ]
-        if names:
-            found[method] = tuple(sorted(set(names)))
-    return found

@@ -18,16 +18,15 @@ when it has none other (`_outcome.gemm_reason`).
 from __future__ import annotations
 
 import logging
-import warnings
-from typing import Final, Mapping
+from typing import Final
 
 from torch.export import ExportedProgram
 
 from xnnfold._meta import EXTERNAL_CONSTANT_TAG, EXTERNAL_TAG_KEYS
-from xnnfold.passes.analysis import tied_across_methods, TiedTables
+from xnnfold.passes.analysis import TiedTables
 from xnnfold.passes.partition._outcome import PARTITIONER_LOGGER
 
-__all__ = ["TIED_TABLE_WARNING", "tag_external", "tag_tied_tables", "tie_tables"]
+__all__ = ["TIED_TABLE_WARNING", "tag_external", "tag_tied_tables"]
 
 # The partitioner's warnings keep the logger name users configure and filter by.
 logger = logging.getLogger(PARTITIONER_LOGGER)
@@ -64,41 +63,3 @@ def tag_tied_tables(ep: ExportedProgram, tables: TiedTables) -> None:
             table.nbytes,
             EXTERNAL_CONSTANT_TAG,
         )
-
-
-def tie_tables(programs: Mapping[str, ExportedProgram]) -> dict[str, tuple[str, ...]]:
-    """Deprecated: ``XnnpackFoldingPartitioner(tie_tables=True)`` stores a table shared
-    across methods once while partitioning, with no call before lowering.
-
-    Tags, on the exported (ATen) programs, the tables one method reads as a linear's
-    weight and another reads otherwise (the same finding `CrossMethodFacts` makes for the
-    partitioner), for executorch's default external data file. Tagged before lowering,
-    such a table is a source the partitioner leaves alone: a weight computed from it is
-    not folded (XNF503).
-
-    Args:
-        programs: the exported (ATen) programs by method name, as given to
-            ``to_edge_transform_and_lower``.
-
-    Returns:
-        The placeholders tagged, by method; empty when no table is shared across methods
-        (then nothing is changed).
-    """
-    warnings.warn(
-        "xnnfold.tie_tables(programs) is deprecated: lower with "
-        "XnnpackFoldingPartitioner(tie_tables=True), which stores a table shared across "
-        "methods once while partitioning",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    if not isinstance(programs, Mapping) or not all(
-        isinstance(ep, ExportedProgram) for ep in programs.values()
-    ):
-        raise TypeError(
-            "xnnfold.tie_tables expects a dict of method name to torch.export's "
-            f"ExportedProgram, as given to to_edge_transform_and_lower; got {type(programs).__name__}"
-        )
-    found = tied_across_methods(dict(programs))
-    for method, placeholders in found.items():
-        tag_external(programs[method], frozenset(placeholders))
-    return found

@@ -498,13 +498,13 @@ def _rule_names() -> list[str]:
     from xnnfold.rewriter.codemod import _names as rules
 
     return [
-        *rules._LEGACY,
-        *rules._PARAMETRIZATION_CODES,
-        *rules._GEMMS,
-        *rules._TORCH_EXPORT,
-        rules._LOWER,
-        rules._STOCK_PARTITIONER,
-        *rules._LEGACY_KEYS,
+        *rules.LEGACY,
+        *rules.PARAMETRIZATION_CODES,
+        *rules.GEMMS,
+        *rules.TORCH_EXPORT,
+        rules.LOWER,
+        rules.STOCK_PARTITIONER,
+        *rules.LEGACY_KEYS,
         "x.state_dict",  # XNF403: loaders iterating over owner.state_dict()
     ]
 

@@ -1,4 +1,4 @@
-"""Finding the files a codemod run processes (`_collect`): PATH arguments expanded into
+"""Finding the files a codemod run processes (`collect`): PATH arguments expanded into
 files, skipped paths and pruned directories.
 
 Walking (documented in ``xnnfold codemod --help``):
@@ -49,14 +49,14 @@ _PY_SUFFIX: Final = ".py"
 
 
 @dataclasses.dataclass(frozen=True)
-class _Target:
+class Target:
     """A file to process: the path shown to the user and the path written to."""
 
     path: str
     write_path: str
 
 
-class _UsageError(Exception):
+class UsageError(Exception):
     pass
 
 
@@ -74,11 +74,11 @@ def _is_pruned_dir(entry: os.DirEntry[str]) -> bool:
     return os.path.exists(os.path.join(entry.path, _VENV_MARKER))
 
 
-def _collect(
+def collect(
     paths: Sequence[str],
-) -> tuple[list[_Target], list[SkippedPath], list[str]]:
+) -> tuple[list[Target], list[SkippedPath], list[str]]:
     """Expand PATH arguments into files to process, skipped paths and pruned directories."""
-    files: dict[str, _Target] = {}  # display path -> target
+    files: dict[str, Target] = {}  # display path -> target
     notebooks: list[str] = []
     links: list[str] = []  # symlinks met inside walks, classified once all files are known
     pruned: list[str] = []
@@ -102,13 +102,13 @@ def _collect(
             elif entry.name.startswith("."):
                 continue
             elif entry.name.endswith(_PY_SUFFIX):
-                files.setdefault(entry.path, _Target(entry.path, entry.path))
+                files.setdefault(entry.path, Target(entry.path, entry.path))
             elif entry.name.endswith(_NOTEBOOK_SUFFIX):
                 notebooks.append(entry.path)
 
     for path in paths:
         if not os.path.exists(path):
-            raise _UsageError(f"{path}: no such file or directory")
+            raise UsageError(f"{path}: no such file or directory")
         if os.path.isdir(path):
             roots.append(os.path.realpath(path))
             walk(path)
@@ -117,7 +117,7 @@ def _collect(
         else:
             # An explicit symlink is followed; the replace must hit the target, not the link.
             write_path = os.path.realpath(path) if os.path.islink(path) else path
-            files.setdefault(path, _Target(path, write_path))
+            files.setdefault(path, Target(path, write_path))
 
     skipped = [
         SkippedPath(p, "notebook: .ipynb files are not rewritten (convert to .py first)")
@@ -125,7 +125,7 @@ def _collect(
     ]
     # One file reached by two paths is processed once, under its own path rather than a
     # symlink's, else under the first path in sorted order.
-    targets: list[_Target] = []
+    targets: list[Target] = []
     seen: dict[tuple[int, int], str] = {}
     for display in sorted(files, key=lambda p: (files[p].write_path != p, p)):
         target = files[display]

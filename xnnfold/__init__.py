@@ -27,7 +27,6 @@ if TYPE_CHECKING:
         FoldComputedWeightsPass,
         install_preprocess_hook,
         is_preprocess_hook_installed,
-        tie_tables,
         uninstall_preprocess_hook,
         XnnpackFoldingPartitioner,
     )
@@ -84,7 +83,6 @@ __all__ = [
     "data_paths",
     "save",
     "summarize",
-    "tie_tables",
     "to_executorch",
     "uninstall_preprocess_hook",
     "unprepare_for_xnnpack",

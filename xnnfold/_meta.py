@@ -12,8 +12,7 @@ only what someone else reads after the stage returned:
     `ConfigerationBasedPartitioner` tags.
   - the external-data tags (`EXTERNAL_TAG_KEYS`) of a tied table's placeholder, under
     executorch's default tag (`EXTERNAL_CONSTANT_TAG`); written by `tag_external`
-    (``passes/partition/_tied.py``), with ``tie_tables=True`` or the deprecated
-    `xnnfold.tie_tables`.
+    (``passes/partition/_tied_tagging.py``), with ``tie_tables=True``.
 
 - the one fold mark, the only carrier into XNNPACK preprocess (executorch hands it the
   delegate's program alone): ``xnnfold_fold`` (`FOLD_META_KEY`), a frozen `FoldMark`

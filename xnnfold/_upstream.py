@@ -27,7 +27,7 @@ moves a name. This module imports from it (the releases its names were written f
 policy's verdict on the installed torch and executorch, which `check_releases` logs with
 the check of the names), never the reverse.
 
-`tests/install/test_upstream_seam.py` scans every other module for private imports and
+`tests/architecture/test_upstream_seam.py` scans every other module for private imports and
 private attribute access.
 """
 
@@ -158,7 +158,7 @@ _WRITTEN_FOR: Final[dict[str, str]] = {
 # the hook override or read. (The instance attributes the accessors below touch,
 # `EdgeOpOverload._op`, `OpOverload._schema` and `_overloadname`, `Module._forward_pre_hooks`,
 # `Conv2d._conv_forward` and `ExportedProgram._graph_signature`, are checked by
-# tests/install/test_upstream_seam.py.)
+# tests/architecture/test_upstream_seam.py.)
 UPSTREAM_NAMES: Final[tuple[tuple[str, str], ...]] = (
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_weight_deps"),
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_bias_deps"),

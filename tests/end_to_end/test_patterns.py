@@ -31,7 +31,7 @@ from tests._lowering import (
     lowered_hand_folded,
 )
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 PARTITIONER_LOGGER = "xnnfold.passes.partition._partitioner"
@@ -184,7 +184,7 @@ def test_broadcast_kernel_is_declined_without_a_growth_budget(
 ) -> None:
     """One 4x4 kernel expand()ed or repeat()ed to 16 channels folds to 16 times its
     bytes: with NO_GROWTH it is declined by the size rule, naming the option, and still
-    correct. (The default budget folds it: tests/partition/test_growth_budget.py.)"""
+    correct. (The default budget folds it: tests/passes/partition/test_growth_budget.py.)"""
     fixture = fixture_by_name(name)
     partitioner = XnnpackFoldingPartitioner(growth_budget=xnnfold.NO_GROWTH)
     with caplog.at_level(logging.WARNING, logger=PARTITIONER_LOGGER):

@@ -304,7 +304,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 class _DropTiedTableWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        from xnnfold.passes.partition._tied import TIED_TABLE_WARNING
+        from xnnfold.passes.partition._tied_tagging import TIED_TABLE_WARNING
 
         return record.msg is not TIED_TABLE_WARNING
 
@@ -313,7 +313,7 @@ class _DropTiedTableWarning(logging.Filter):
 def _without_tied_table_warning() -> Iterator[None]:
     """Leave out the partitioner's advice to write the ``.ptd`` while the command, which
     writes it, lowers."""
-    from xnnfold.passes.partition._tied import logger
+    from xnnfold.passes.partition._tied_tagging import logger
 
     drop = _DropTiedTableWarning()
     logger.addFilter(drop)

@@ -22,7 +22,6 @@ from xnnfold.passes.partition._configs import (
 )
 from xnnfold.passes.partition._facts import CrossMethodFacts
 from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
-from xnnfold.passes.partition._tied import tie_tables
 
 __all__ = [
     "CrossMethodFacts",
@@ -44,6 +43,5 @@ __all__ = [
     "folding_configs",
     "install_preprocess_hook",
     "is_preprocess_hook_installed",
-    "tie_tables",
     "uninstall_preprocess_hook",
 ]

@@ -41,9 +41,9 @@ from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold._meta import VAL_META_KEY
-from xnnfold.passes._codes import BEYOND_BUDGET, RUN_TIME, WRITTEN_ELSEWHERE
+from xnnfold.passes._graph_walk import walk
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._walk import walk
+from xnnfold.passes._reason_codes import BEYOND_BUDGET, RUN_TIME, WRITTEN_ELSEWHERE
 from xnnfold.passes.analysis._cache import AnalysisCache, own_cache
 from xnnfold.passes.analysis._growth import gemm_op_name, has_run_time_weight_form
 from xnnfold.passes.analysis._nodes import is_gemm

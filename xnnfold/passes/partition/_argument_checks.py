@@ -45,7 +45,12 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import VAL_META_KEY
-from xnnfold.passes._codes import MAX_DIM_ARGUMENTS, POOL_DIVISOR_PADDING, Problem, RESIZE_SCALE
+from xnnfold.passes._reason_codes import (
+    MAX_DIM_ARGUMENTS,
+    POOL_DIVISOR_PADDING,
+    Problem,
+    RESIZE_SCALE,
+)
 from xnnfold.passes.partition._outcome import PARTITIONER_LOGGER
 from xnnfold.passes.report._reasons import module_path
 

@@ -28,7 +28,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.fx.passes.utils.source_matcher_utils import get_source_partitions
 
-from xnnfold.passes._codes import Problem
+from xnnfold.passes._reason_codes import Problem
 from xnnfold.passes.analysis import (
     addmm_problem,
     addmm_scales,

@@ -12,7 +12,7 @@ partitioner, so what one method does is known only through an object all of them
 The object serves one lowering at a time. It relies on the order in which
 `to_edge_transform_and_lower` calls partitioners: it asks every method's partitioners for
 ``ops_to_not_decompose`` on the method's ATen program before it partitions any method
-(``tests/partition/test_call_order.py`` fails on a release that stops doing so). So each
+(``tests/passes/partition/test_call_order.py`` fails on a release that stops doing so). So each
 ATen question adds its method's facts (`note_method`, `note_tables`), and by partition
 time every method's facts are in; after lowering, executorch asks again on each edge
 program (dialect ``EDGE``), which adds nothing. A question after a partition starts the

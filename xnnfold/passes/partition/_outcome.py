@@ -19,11 +19,11 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
-from xnnfold.passes._codes import BEYOND_BUDGET, Problem, ReasonCode, STOCK
+from xnnfold.passes._graph_walk import walk
 from xnnfold.passes._marks import FoldMark, GemmReason, TanhGeluMark
 from xnnfold.passes._ops import EDGE_GEMM_ARGS, QUANTIZATION_NAMESPACES
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._walk import walk
+from xnnfold.passes._reason_codes import BEYOND_BUDGET, Problem, ReasonCode, STOCK
 from xnnfold.passes.analysis import is_gemm, op_overload, Rejection, UntiedTable
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.report._reasons import module_path, reads_parameters

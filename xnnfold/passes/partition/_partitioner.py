@@ -78,7 +78,7 @@ from xnnfold.passes.partition._outcome import (
     record_reasons,
     write_fold_marks,
 )
-from xnnfold.passes.partition._tied import tag_tied_tables
+from xnnfold.passes.partition._tied_tagging import tag_tied_tables
 from xnnfold.passes.report._reasons import collect_why_reasons
 
 __all__ = ["XnnpackFoldingPartitioner", "folding_configs"]

@@ -22,13 +22,13 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._upstream import schema_of
-from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._marks import fold_mark_of, FoldGrowth, reason_of, tanh_gelu_mark_of
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
+from xnnfold.passes._reason_codes import BEYOND_BUDGET
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
 from xnnfold.passes.report._programs import methods, Program
 from xnnfold.passes.report._reasons import module_path
-from xnnfold.passes.report._tied import SharedTable, table_copies, TableStoredTwice
+from xnnfold.passes.report._tied_storage import SharedTable, table_copies, TableStoredTwice
 
 __all__ = [
     "ExactGeluRow",

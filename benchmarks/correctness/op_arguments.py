@@ -58,7 +58,7 @@ from _op_argument_cases import (
 )
 
 import xnnfold
-from xnnfold.passes.partition._partitioner import folding_configs
+from xnnfold.passes import folding_configs
 
 # Max abs difference from eager relative to the output scale (max |eager|, at least 1)
 # above which a program is counted wrong. fp32: a few ulps of accumulation order and

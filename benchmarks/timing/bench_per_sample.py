@@ -86,7 +86,11 @@ def main() -> None:
             )
             variants = {
                 "stock": _loaded(model, inputs, XnnpackPartitioner()),
-                "xnnfold": _loaded(model, inputs, xnnfold.XnnpackFoldingPartitioner()),
+                "xnnfold": _loaded(
+                    model,
+                    inputs,
+                    xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()),
+                ),
             }
             assert not variants["stock"][2] and variants["xnnfold"][2], (gemm, features)
             with torch.no_grad():

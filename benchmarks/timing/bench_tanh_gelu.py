@@ -122,7 +122,7 @@ def measure(name: str, *, runs: int, warmup: int, tokens: int) -> dict[str, Any]
     row: dict[str, Any] = {"model": name, "scale": scale}
     for variant, partitioner in (
         ("stock", XnnpackPartitioner()),
-        ("xnnfold", xnnfold.XnnpackFoldingPartitioner()),
+        ("xnnfold", xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts())),
     ):
         buffer, seconds = _lower(model, inputs, partitioner)
         # A Method borrows from its Program: keep both.

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Final
+from typing import AbstractSet, Final
 
 import torch
 from executorch.exir.pass_base import PassResult
@@ -36,7 +36,13 @@ from xnnfold._upstream import exir_ops, serializes_tanh_gelu, set_graph_signatur
 from xnnfold.passes._marks import tanh_gelu_mark_of
 from xnnfold.passes.fold._placeholders import ConstantPlaceholders
 
-__all__ = ["ExactTanhGeluPass", "TANH_GELU_A", "TANH_GELU_B", "needs_exact_tanh_gelu"]
+__all__ = [
+    "ExactTanhGeluPass",
+    "TANH_GELU_A",
+    "TANH_GELU_B",
+    "delegated_tanh_gelus",
+    "needs_exact_tanh_gelu",
+]
 
 _GELU: Final = exir_ops.edge.aten.gelu.default
 _MUL: Final = exir_ops.edge.aten.mul.Tensor
@@ -67,6 +73,16 @@ def needs_exact_tanh_gelu(node: Node) -> bool:
     val = node.meta.get(VAL_META_KEY)
     return (
         isinstance(val, torch.Tensor) and val.dtype == torch.float32 and not serializes_tanh_gelu()
+    )
+
+
+def delegated_tanh_gelus(ep: ExportedProgram, delegated: AbstractSet[str]) -> frozenset[str]:
+    """The names of the nodes of ``delegated`` (partitioned, by name) that need the exact
+    formula (`needs_exact_tanh_gelu`): what the partitioner marks."""
+    return frozenset(
+        node.name
+        for node in ep.graph.nodes
+        if node.name in delegated and needs_exact_tanh_gelu(node)
     )
 
 

@@ -60,7 +60,7 @@ from xnnfold.passes.analysis import (
     TiedTables,
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
-from xnnfold.passes.fold._tanh_gelu import needs_exact_tanh_gelu
+from xnnfold.passes.fold._tanh_gelu import delegated_tanh_gelus
 from xnnfold.passes.partition._argument_checks import argument_declines, checked_configs
 from xnnfold.passes.partition._asked import AskedConstants
 from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
@@ -369,11 +369,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         result = tag_partitions(exported_program, partitions, self.delegation_spec)
         delegated = frozenset(node.name for partition in partitions for node in partition.nodes)
         self._findings = findings
-        tanh_gelus = frozenset(
-            node.name
-            for node in exported_program.graph.nodes
-            if node.name in delegated and needs_exact_tanh_gelu(node)
-        )
+        tanh_gelus = delegated_tanh_gelus(exported_program, delegated)
         write_fold_marks(exported_program, findings, self.options, delegated, tanh_gelus=tanh_gelus)
         if (self.fold and (findings.folds or findings.scales)) or tanh_gelus:
             install_preprocess_hook()

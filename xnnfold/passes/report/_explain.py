@@ -14,7 +14,7 @@ serializer would compute exact GELU (its `TanhGeluMark`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet, Iterator, Optional, Union
+from typing import AbstractSet, Iterator, Optional
 
 from executorch.exir import EdgeProgramManager, ExecutorchProgramManager
 from executorch.exir.delegate import executorch_call_delegate
@@ -22,10 +22,11 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._upstream import schema_of
-from xnnfold.passes._marks import fold_mark_of, FoldGrowth, reason_of, tanh_gelu_mark_of
+from xnnfold.passes._marks import fold_mark_of, FoldGrowth, reason_of
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
 from xnnfold.passes._reason_codes import BEYOND_BUDGET
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
+from xnnfold.passes.report._op_rows import exact_gelu_rows, ExactGeluRow, op_rows, OpRow
 from xnnfold.passes.report._programs import methods, Program
 from xnnfold.passes.report._reasons import module_path
 from xnnfold.passes.report._tied_storage import SharedTable, table_copies, TableStoredTwice
@@ -82,46 +83,6 @@ class GemmRow:
     code: Optional[str] = None
     growth: Optional[int] = None
     growth_group: Optional[str] = None
-
-
-@dataclass(frozen=True)
-class ExactGeluRow:
-    """A ``gelu(approximate="tanh")`` computed as tanh GELU inside a delegate, where the
-    installed XNNPACK serializer would have written it as exact GELU (docs/limits.md).
-
-    Attributes:
-        method: the method's name.
-        node: the GELU's node name.
-        module: path of the module that called it ("<root>" for the model itself).
-        backend: the delegate's backend id.
-    """
-
-    method: str
-    node: str
-    module: str
-    backend: str
-
-
-@dataclass(frozen=True)
-class OpRow:
-    """An op other than a GEMM that the partitioner left on the portable kernels because
-    XNNPACK computes its arguments differently from eager (XNF520 on, docs/reasons.md).
-
-    Attributes:
-        method: the method's name.
-        node: the op's node name.
-        op: the op ("avg_pool2d", "upsample_bilinear2d").
-        module: path of the module that called it ("<root>" for the model itself).
-        reason: what XNNPACK would compute differently.
-        code: the stable code of the rule (XNF5xx).
-    """
-
-    method: str
-    node: str
-    op: str
-    module: str
-    reason: str
-    code: str
 
 
 @dataclass(frozen=True)
@@ -337,7 +298,7 @@ def _outside_row(method: str, node: Node) -> GemmRow:
     )
 
 
-def _rows(method: str, ep: ExportedProgram) -> Iterator[Union[GemmRow, ExactGeluRow]]:
+def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
     graph_module = ep.graph_module
     for node in ep.graph.nodes:
         if node.op != "call_function":
@@ -351,25 +312,8 @@ def _rows(method: str, ep: ExportedProgram) -> Iterator[Union[GemmRow, ExactGelu
             for inner_node in inner.graph.nodes:
                 if _gemm_name(inner_node):
                     yield _delegated_row(method, inner_node, lowered.backend_id, fed)
-                elif tanh_gelu_mark_of(inner_node) is not None:
-                    yield ExactGeluRow(
-                        method, inner_node.name, module_path(inner_node), lowered.backend_id
-                    )
         elif _gemm_name(node):
             yield _outside_row(method, node)
-
-
-def _op_rows(method: str, ep: ExportedProgram) -> Iterator[OpRow]:
-    """The ops other than GEMMs left outside the delegates with a reason."""
-    for node in ep.graph.nodes:
-        if node.op != "call_function" or _gemm_name(node):
-            continue
-        reason = reason_of(node)
-        op = op_overload(node.target)
-        if reason is None or op is None:
-            continue
-        name = schema_of(op).name.split("::")[-1]
-        yield OpRow(method, node.name, name, module_path(node), reason.text, reason.code)
 
 
 def explain(program: Program) -> ExplainReport:
@@ -390,13 +334,12 @@ def explain(program: Program) -> ExplainReport:
             "to_edge_transform_and_lower (or its to_executorch() result, or an "
             f"ExportedProgram), got {type(program).__name__}"
         )
-    rows = [row for method, ep in methods(program) for row in _rows(method, ep)]
-    ops = [row for method, ep in methods(program) for row in _op_rows(method, ep)]
+    programs = list(methods(program))
     copies = table_copies(program)
     return ExplainReport(
-        tuple(row for row in rows if isinstance(row, GemmRow)),
+        tuple(row for method, ep in programs for row in _rows(method, ep)),
         copies.shared,
         copies.stored_twice,
-        tuple(row for row in rows if isinstance(row, ExactGeluRow)),
-        tuple(ops),
+        tuple(row for method, ep in programs for row in exact_gelu_rows(method, ep)),
+        tuple(row for method, ep in programs for row in op_rows(method, ep)),
     )

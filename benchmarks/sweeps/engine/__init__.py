@@ -10,7 +10,7 @@ table's ``.ptd`` too) and run through executorch.runtime against eager, the prog
 timed interleaved. Workers have a timeout per phase and a memory cap; results go to a
 JSON-lines file a rerun resumes from (`driver`); `report` writes the markdown.
 
-    from _sweep import Library, main
+    from benchmarks.sweeps.engine import Library, main
 
     class Timm(Library): ...
 
@@ -20,7 +20,7 @@ JSON-lines file a rerun resumes from (`driver`); `report` writes the markdown.
 
 from __future__ import annotations
 
-from _sweep._driver import main
-from _sweep._library import Built, Library, OutOfReach
+from benchmarks.sweeps.engine.driver import main
+from benchmarks.sweeps.engine.library import Built, Library, OutOfReach
 
 __all__ = ["Built", "Library", "OutOfReach", "main"]

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from _sweep._library import Library
-from _sweep._lowering import LOAD_FAILED, METHOD_NOT_LOADED, STOCK, XNNFOLD
-from _sweep._report import report
-from _sweep._results import (
+from benchmarks.sweeps.engine.library import Library
+from benchmarks.sweeps.engine.lowering import LOAD_FAILED, METHOD_NOT_LOADED, STOCK, XNNFOLD
+from benchmarks.sweeps.engine.report import report
+from benchmarks.sweeps.engine.results import (
     append,
     CANDIDATE,
     COMPUTED,
@@ -27,7 +27,7 @@ from _sweep._results import (
     SKIPPED,
     TIMED_OUT,
 )
-from _sweep._worker import LOWER, SCREEN, serve, WORKER_MEMORY
+from benchmarks.sweeps.engine.worker import LOWER, SCREEN, serve, WORKER_MEMORY
 
 # Timeouts, in CPU seconds of the worker (`_Worker.ask`).
 DEFAULT_TIMEOUT = 150.0
@@ -39,6 +39,8 @@ _POLL_S = 2.0
 # What a timed-out or dead phase records in its partitioner's entry.
 _TIMEOUT_ERROR = "timeout: lowering over {:.0f} CPU s"
 _DIED_ERROR = "worker died lowering (a native crash, or out of memory)"
+# The repository's root: workers run ``python -m`` from it.
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
@@ -53,12 +55,15 @@ class _Outcome:
 
 
 class _Worker:
-    """A worker process running the library's script with ``--worker``."""
+    """A worker process running the library's command (``python -m``) with ``--worker``,
+    from the repository's root, where ``benchmarks`` imports."""
 
-    def __init__(self, script: Path, memory: int) -> None:
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+    def __init__(self, command: str, memory: int) -> None:
+        path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=path)
         self.process = subprocess.Popen(
-            [sys.executable, str(script), "--worker", "--worker-memory", str(memory / 2**30)],
+            [sys.executable, "-m", command, "--worker", "--worker-memory", str(memory / 2**30)],
+            cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -119,8 +124,8 @@ class _Worker:
 class _Pool:
     """One worker thread's worker process, replaced after one times out or dies."""
 
-    def __init__(self, script: Path, timeout: float, lowering_timeout: float, memory: int) -> None:
-        self.script = script
+    def __init__(self, command: str, timeout: float, lowering_timeout: float, memory: int) -> None:
+        self.command = command
         self.memory = memory
         self.timeout = timeout
         self.lowering_timeout = lowering_timeout
@@ -128,7 +133,7 @@ class _Pool:
 
     def ask(self, request: dict[str, Any]) -> _Outcome:
         if self.current is None:
-            self.current = _Worker(self.script, self.memory)
+            self.current = _Worker(self.command, self.memory)
         outcome = self.current.ask(request, self.timeout, self.lowering_timeout)
         if outcome.result is None:
             self.close()
@@ -255,11 +260,10 @@ def run(
     for index, (group, name) in enumerate(pending, 1):
         work.put((index, group, name))
     lock = threading.Lock()
-    script = Path(sys.argv[0]).resolve()
     every = compare_all or library.stock_for_every_class
 
     def serve_queue() -> None:
-        pool = _Pool(script, timeout, lowering_timeout, memory)
+        pool = _Pool(library.command, timeout, lowering_timeout, memory)
         while True:
             try:
                 index, group, name = work.get_nowait()
@@ -298,9 +302,10 @@ def _both_stopped(result: dict[str, Any]) -> bool:
     return all(variants.get(label, {}).get("timeout") for label in (XNNFOLD, STOCK))
 
 
-def main(library: Library) -> int:
-    """The command line of a sweep script over ``library``."""
-    parser = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or "").strip())
+def main(library: Library, *, description: str = "", argv: Optional[list[str]] = None) -> int:
+    """The command line of a sweep over ``library`` (``argv``, else the process's),
+    ``description`` its help text."""
+    parser = argparse.ArgumentParser(description=description.strip())
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--only", nargs="*", help="names to sweep")
     parser.add_argument("--limit", type=int, help="at most this many")
@@ -342,7 +347,7 @@ def main(library: Library) -> int:
         help="GiB of address space per worker (recorded on each line where not the default)",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     memory = int(args.worker_memory * 2**30)
     if args.worker:
         return serve(library, memory=memory)

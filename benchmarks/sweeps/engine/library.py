@@ -40,7 +40,7 @@ class Built:
     Attributes:
         model: the module to export; called as ``model(**inputs)``.
         inputs: the keyword inputs, tensors only.
-        expected: the tensors of its eager output on them (`_sweep._screen.leaves`), or
+        expected: the tensors of its eager output on them (`engine.screen.leaves`), or
             None where the library did not run it (the worker runs it for a candidate:
             export alone traces a model with fake tensors, which costs no arithmetic).
         facts: what the result line records about how it was built (config level,
@@ -66,9 +66,11 @@ class Library:
     title: str = ""
     noun: str = "class"
     nouns: str = "classes"
-    #: The JSONL results and the markdown table, beside the library's script.
+    #: The JSONL results and the markdown table, in the library's subpackage.
     results: Path
     table: Path
+    #: The module a worker runs with ``python -m`` (it calls `main` on this library).
+    command: str = ""
     #: Lower every candidate with the stock partitioner too, not only each group's first
     #: with a computed-weight GEMM.
     stock_for_every_class: bool = False

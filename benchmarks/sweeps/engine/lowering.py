@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from _sweep._screen import compare
+from benchmarks.sweeps.engine.screen import compare
 
 XNNFOLD, STOCK = "xnnfold", "stock"
 # xnnfold's partitioner stores a tied table once, in a `.ptd` (not its default: a program

@@ -12,8 +12,8 @@ import re
 import statistics
 from typing import Any
 
-from _sweep._library import Library
-from _sweep._lowering import (
+from benchmarks.sweeps.engine.library import Library
+from benchmarks.sweeps.engine.lowering import (
     LOAD_FAILED,
     METHOD_NOT_LOADED,
     NOT_LOADED_AGAIN,
@@ -21,7 +21,7 @@ from _sweep._lowering import (
     wrong,
     XNNFOLD,
 )
-from _sweep._results import (
+from benchmarks.sweeps.engine.results import (
     CANDIDATE,
     COMPUTED,
     LOWERED,
@@ -31,7 +31,7 @@ from _sweep._results import (
     SKIPPED,
     TIMED_OUT,
 )
-from _sweep._worker import WORKER_MEMORY
+from benchmarks.sweeps.engine.worker import WORKER_MEMORY
 
 # The problem of xnnfold's entry out of the worker's memory where stock's lowering is not.
 _OUT_OF_MEMORY_PROBLEM = "out of memory where stock's is not"
@@ -198,8 +198,8 @@ def report(
     lines = [
         f"# {library.title} swept for computed-weight GEMMs",
         "",
-        f"Written by `{library.results.name.replace('_results.jsonl', '.py')} --report` from "
-        f"`{library.results.name}` (the commands are in benchmarks/README.md). "
+        f"Written by `python -m {library.command} --report` from `{library.results.name}` "
+        "(the commands are in benchmarks/sweeps/README.md). "
         f"{versions}. {library.method()} Latency is the median of interleaved calls "
         "through executorch.runtime on a shared 2-core machine (compare within a row only; "
         "'(alone)': the two programs did not fit in a worker's memory together, each was "

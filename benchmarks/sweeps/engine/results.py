@@ -18,7 +18,7 @@ TIMED_OUT = "lowering over the timeout"  # a partitioner did not lower within th
 # The statuses of a class that reached the screen, and of one that was lowered.
 SCREENED = frozenset({NO_CANDIDATE, CANDIDATE, NOT_COMPUTED, COMPUTED, TIMED_OUT})
 LOWERED = frozenset({NOT_COMPUTED, COMPUTED, TIMED_OUT})
-# Errors of a worker out of its address space (`_sweep._worker.WORKER_MEMORY`), which the
+# Errors of a worker out of its address space (`engine.worker.WORKER_MEMORY`), which the
 # classes before it may have filled (oneDNN's "could not create a primitive" among them).
 _OUT_OF_MEMORY = ("can't allocate memory", "could not create a primitive", "MemoryError")
 

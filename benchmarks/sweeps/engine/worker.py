@@ -12,9 +12,9 @@ import sys
 import time
 from typing import Any
 
-from _sweep._library import Library, OutOfReach
-from _sweep._lowering import STOCK, through_partitioners, XNNFOLD
-from _sweep._results import (
+from benchmarks.sweeps.engine.library import Library, OutOfReach
+from benchmarks.sweeps.engine.lowering import STOCK, through_partitioners, XNNFOLD
+from benchmarks.sweeps.engine.results import (
     CANDIDATE,
     COMPUTED,
     NO_CANDIDATE,
@@ -22,7 +22,7 @@ from _sweep._results import (
     NOT_COMPUTED,
     SKIPPED,
 )
-from _sweep._screen import computed_gemm_args, leaves, positional
+from benchmarks.sweeps.engine.screen import computed_gemm_args, leaves, positional
 
 # What the driver asks: screen only, or screen and lower a candidate.
 SCREEN, LOWER = "screen", "lower"

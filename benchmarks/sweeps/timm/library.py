@@ -6,15 +6,15 @@ and fed one image: the smallest square of `SIDES` below its pretrained config's
 ``fixed_input_size``). An architecture over `MAX_PARAMETERS` parameters is built with
 ``depth=2`` where its constructor takes one (the giant ViTs), as the worker's memory cap
 allows no more; one whose constructor does not is built whole. The rest is the shared
-machinery (benchmarks/_sweep): export, screen, lower the candidates with the stock and the
+engine (benchmarks/sweeps/engine): export, screen, lower the candidates with the stock and the
 folding partitioner, run against eager, time interleaved. timm's weight-standardized
 convolutions (``StdConv2d``, ``ScaledStdConv2d``: BiT/ResNetV2, NFNet, NF-ResNet/RegNet,
 the hybrid ViTs' stems) compute their weight in ``forward``.
 
-    nice -n 10 python benchmarks/timm_sweep.py --jobs 2 --screen-only
-    nice -n 10 python benchmarks/timm_sweep.py --jobs 2   # lower the candidates
-    nice -n 10 python benchmarks/timm_sweep.py --only nfnet_l0 --fresh
-    python benchmarks/timm_sweep.py --report   # the markdown, from the JSONL
+    nice -n 10 python -m benchmarks.sweeps.timm --jobs 2 --screen-only
+    nice -n 10 python -m benchmarks.sweeps.timm --jobs 2   # lower the candidates
+    nice -n 10 python -m benchmarks.sweeps.timm --only nfnet_l0 --fresh
+    python -m benchmarks.sweeps.timm --report   # the markdown, from the JSONL
 
 timm imports torchvision: run it where torch and torchvision are a matching pair (the
 results were made with torch 2.14.1 and torchvision 0.29.1, benchmarks/README.md).
@@ -26,8 +26,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from _sweep import Built, Library, main, OutOfReach
-from _sweep._screen import leaves
+from benchmarks.sweeps.engine import Built, Library, OutOfReach
+from benchmarks.sweeps.engine.screen import leaves
 
 HERE = Path(__file__).resolve().parent
 # Square sides tried before the pretrained config's own size, smallest first: 64 keeps a
@@ -36,7 +36,7 @@ SIDES = (64, 96, 128, 160, 192)
 # Over this many parameters, the architecture is built with ``depth=2`` where it can be.
 MAX_PARAMETERS = 300_000_000
 # Over this many, an architecture that cannot be built shallower is not built at all: its
-# weights alone would fill a worker's address space (`_sweep._worker.WORKER_MEMORY`).
+# weights alone would fill a worker's address space (`engine.worker.WORKER_MEMORY`).
 MAX_WHOLE_PARAMETERS = 1_000_000_000
 
 
@@ -45,8 +45,9 @@ class Timm(Library):
 
     title = "timm's architectures"
     noun, nouns = "architecture", "architectures"
-    results = HERE / "timm_sweep_results.jsonl"
-    table = HERE / "timm_sweep_results.md"
+    results = HERE / "results.jsonl"
+    table = HERE / "results.md"
+    command = "benchmarks.sweeps.timm"
     stock_for_every_class = True
     group_heads_first = False
 
@@ -112,12 +113,10 @@ class Timm(Library):
         import torch
         import torchvision
 
-        from xnnfold._releases import installed_version
-
         return (
             f"timm {timm.__version__}, torch {torch.__version__.split('+')[0]}, torchvision "
             f"{torchvision.__version__.split('+')[0]}, executorch "
-            f"{installed_version('executorch')}"
+            f"{_installed_version('executorch')}"
         )
 
     def method(self) -> str:
@@ -129,5 +128,11 @@ class Timm(Library):
         )
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(Timm()))
+def _installed_version(package: str) -> str | None:
+    """``package``'s installed version, or None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

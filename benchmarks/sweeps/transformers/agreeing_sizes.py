@@ -1,5 +1,5 @@
 """Sizes of a transformers config that must agree with one another, made to agree after
-the sweep shrinks it (`_transformers_configs.at_level`): per-layer lists and the layer
+the sweep shrinks it (`config_levels.at_level`): per-layer lists and the layer
 count, RoPE sections and the rotary half-width, multi-head latent attention's head sizes,
 grouped experts and the experts, sizes that split the hidden size.
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from _transformers_fill import config_field, PER_LAYER
+from benchmarks.sweeps.transformers.unset_fields import config_field, PER_LAYER
 
 # Layer types whose layers share one block's weights (Zamba's hybrid layers: its model
 # ties every one to the first, which needs a second).

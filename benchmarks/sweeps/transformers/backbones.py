@@ -9,9 +9,9 @@ import contextlib
 import re
 from typing import Any
 
-from _transformers_fill import config_field, modeling_source
+from benchmarks.sweeps.transformers.unset_fields import config_field, modeling_source
 
-# A timm backbone is replaced by the sweep's own (`_transformers_configs._own_backbone`).
+# A timm backbone is replaced by the sweep's own (`config_levels._own_backbone`).
 _TIMM = "timm_backbone"
 # Suffix of a list field giving a neck's input channels, one per backbone stage out.
 _STAGE_CHANNELS = "list_out_channels"

@@ -83,7 +83,7 @@ def default_config(model_class: type) -> Any:
     """``model_class``'s config class's default instance, with the flags the class needs
     (`CLASS_FIELDS`; a dotted name is a sub-config's field) and the sub-configs its
     class declares (`declared_sub_configs`)."""
-    from _transformers_backbones import declared_sub_configs
+    from benchmarks.sweeps.transformers.backbones import declared_sub_configs
 
     fields = CLASS_FIELDS.get(model_class.__name__, {})
     config = model_class.config_class(**{n: v for n, v in fields.items() if "." not in n})

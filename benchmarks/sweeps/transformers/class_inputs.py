@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from _transformers_tensors import as_int, find, Maker, SEQUENCE
+from benchmarks.sweeps.transformers.input_tensors import as_int, find, Maker, SEQUENCE
 
 # Frames of a reference mel spectrogram.
 _REFERENCE_FRAMES = 16

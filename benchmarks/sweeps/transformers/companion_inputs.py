@@ -8,7 +8,7 @@ is one row of `COMPANIONS`, keyed by the argument's name, whose maker reads the 
 config gives (the visual feature width, the documents retrieved, the state and action
 widths). A maker returns the tensors to add (the argument's, and where its shape ties
 another input's, that input too), or nothing where the config does not say enough. The
-makers of pixels, audio and regions are `_transformers_media`'s.
+makers of pixels, audio and regions are `media_inputs`'s.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable
 
-import _transformers_media as media
-from _transformers_tensors import as_int, find, Maker, SEQUENCE
+from benchmarks.sweeps.transformers import media_inputs as media
+from benchmarks.sweeps.transformers.input_tensors import as_int, find, Maker, SEQUENCE
 
 # Entities of an entity-aware model (LUKE): two, for its entity-pair head.
 ENTITIES = 2

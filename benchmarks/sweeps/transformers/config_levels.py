@@ -5,7 +5,7 @@ Levels, tried in turn while the class fails to build or run eagerly: every size 
 (`_EXACT_CAPS`, channel widths capped); the widths scaled down together (heads and counts
 kept, so every ratio and divisibility among them holds); only the counts capped (layers,
 vocabularies, experts, positions); the default. At every level, fields a config leaves
-None that its model needs are set (`_transformers_fill.complete`), and fields that must agree with a shrunk
+None that its model needs are set (`unset_fields.complete`), and fields that must agree with a shrunk
 size are made to (`layer_types`, ...).
 """
 
@@ -15,9 +15,7 @@ import contextlib
 import dataclasses
 from typing import Any
 
-from _transformers_backbones import fit_every_stage_out, fit_stage_channels
-from _transformers_fill import complete, PER_LAYER, REQUIRED
-from _transformers_fit import (
+from benchmarks.sweeps.transformers.agreeing_sizes import (
     fit_aggregated_channels,
     fit_expert_groups,
     fit_feature_sizes,
@@ -34,13 +32,15 @@ from _transformers_fit import (
     fit_summed_widths,
     mirrored_lists,
 )
-from _transformers_layers import (
+from benchmarks.sweeps.transformers.backbones import fit_every_stage_out, fit_stage_channels
+from benchmarks.sweeps.transformers.layer_indices import (
     fit_hook_layers,
     fit_intermediate_layers,
     fit_layer_roles,
     fit_out_indices,
 )
-from _transformers_tokens import fit_answer_tokens, fit_media_tokens
+from benchmarks.sweeps.transformers.token_indices import fit_answer_tokens, fit_media_tokens
+from benchmarks.sweeps.transformers.unset_fields import complete, PER_LAYER, REQUIRED
 
 # Integer config fields, by name: the cap each is shrunk to.
 _EXACT_CAPS = {

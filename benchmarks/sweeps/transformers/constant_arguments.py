@@ -13,7 +13,7 @@ import inspect
 import re
 from typing import Any
 
-from _transformers_tensors import as_int, find
+from benchmarks.sweeps.transformers.input_tensors import as_int, find
 
 # Python-number arguments, by name: the config field giving the value to bind (the
 # first codebook a model predicts, after those it is given).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from _transformers_fill import config_tree
+from benchmarks.sweeps.transformers.unset_fields import config_tree
 
 # Sequence length of token inputs and of generic feature sequences.
 SEQUENCE = 8

@@ -14,10 +14,14 @@ from __future__ import annotations
 import inspect
 from typing import Any, Iterator
 
-from _transformers_companions import COMPANIONS, passed_through, with_companions
-from _transformers_constants import constants
-from _transformers_special import SPECIAL
-from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
+from benchmarks.sweeps.transformers.class_inputs import SPECIAL
+from benchmarks.sweeps.transformers.companion_inputs import (
+    COMPANIONS,
+    passed_through,
+    with_companions,
+)
+from benchmarks.sweeps.transformers.constant_arguments import constants
+from benchmarks.sweeps.transformers.input_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
 
 def _main(model: Any, make: Maker) -> Iterator[dict[str, Any]]:
@@ -270,7 +274,7 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
     takes one, and with a noise input where it takes one (it would otherwise draw random
     numbers, which neither the runtime nor a diff can take). After those, the rarer main
     inputs' layouts (`_more_main`), and every candidate again with its companions
-    (`_transformers_companions`): last, so a class that runs on a plainer candidate keeps
+    (`companion_inputs`): last, so a class that runs on a plainer candidate keeps
     it.
     """
     parameters = inspect.signature(model.forward).parameters
@@ -280,7 +284,7 @@ def candidate_inputs(model: Any) -> Iterator[dict[str, Any]]:
     later: list[dict[str, Any]] = []
     special = SPECIAL.get(type(model).__name__)
     if special is not None:
-        # What no name or config field describes (`_transformers_special`), first.
+        # What no name or config field describes (`class_inputs`), first.
         candidate = special(make)
         seen.append(candidate)
         yield candidate

@@ -1,5 +1,5 @@
 """Layer counts and indices of a transformers config that must agree after the sweep
-caps the layer count (`_transformers_configs.at_level`): the last layers given a role,
+caps the layer count (`config_levels.at_level`): the last layers given a role,
 a backbone's stages out, the layers a model hooks or takes hidden states from.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from _transformers_fill import config_field
+from benchmarks.sweeps.transformers.unset_fields import config_field
 
 # Suffix of a list of layers whose hidden states a model concatenates (Mllama's vision
 # ``intermediate_layers_indices``).

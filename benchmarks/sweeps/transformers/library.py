@@ -1,19 +1,19 @@
 """Every model class of the installed transformers, swept for GEMMs with a computed weight.
 
 For each public model class of ``transformers.models.*`` (read from each modeling file's
-``__all__``): build it from its config (`_transformers_configs.LEVELS`: every size shrunk; the
+``__all__``): build it from its config (`config_levels.LEVELS`: every size shrunk; the
 widths scaled down together; only the counts capped; the default), random weights,
 ``apply_weight_norm()`` where the class offers it; feed it inputs built from its
 ``forward``'s signature and its config (`_inputs`: the first candidate that runs
-eagerly). The rest is the shared machinery (benchmarks/_sweep): export, screen, lower the
+eagerly). The rest is the shared engine (benchmarks/sweeps/engine): export, screen, lower the
 candidates with the folding partitioner and, for the first class of each modeling file
 with a computed-weight GEMM, the stock one and transformers' exporter both ways
 (``--compare-all``: every class), run against eager, time interleaved.
 
-    nice -n 10 python benchmarks/transformers_sweep.py --jobs 2 --screen-only
-    nice -n 10 python benchmarks/transformers_sweep.py --jobs 2   # lower the candidates
-    nice -n 10 python benchmarks/transformers_sweep.py --only UnivNetModel --fresh
-    python benchmarks/transformers_sweep.py --report   # the markdown, from the JSONL
+    nice -n 10 python -m benchmarks.sweeps.transformers --jobs 2 --screen-only
+    nice -n 10 python -m benchmarks.sweeps.transformers --jobs 2   # lower the candidates
+    nice -n 10 python -m benchmarks.sweeps.transformers --only UnivNetModel --fresh
+    python -m benchmarks.sweeps.transformers --report   # the markdown, from the JSONL
 
 A class no config level and no candidate input runs eagerly on, or that ``torch.export``
 stops on, is out of reach: its result names the model's own error.
@@ -25,16 +25,16 @@ import ast
 from pathlib import Path
 from typing import Any, Optional
 
-from _sweep import Built, Library, main, OutOfReach
-from _sweep._lowering import gemm_counts, interleaved
-from _sweep._report import row, table_head
-from _sweep._results import NOT_A_MODEL
-from _sweep._screen import compare, leaves
-from _transformers_classes import default_config, keep_class_fields
-from _transformers_configs import at_level, LEVELS, SCALE
-from _transformers_constants import bound, constants, object_arguments
-from _transformers_fill import construct
-from _transformers_inputs import candidate_inputs
+from benchmarks.sweeps.engine import Built, Library, OutOfReach
+from benchmarks.sweeps.engine.lowering import gemm_counts, interleaved
+from benchmarks.sweeps.engine.report import row, table_head
+from benchmarks.sweeps.engine.results import NOT_A_MODEL
+from benchmarks.sweeps.engine.screen import compare, leaves
+from benchmarks.sweeps.transformers.class_fields import default_config, keep_class_fields
+from benchmarks.sweeps.transformers.config_levels import at_level, LEVELS, SCALE
+from benchmarks.sweeps.transformers.constant_arguments import bound, constants, object_arguments
+from benchmarks.sweeps.transformers.inputs import candidate_inputs
+from benchmarks.sweeps.transformers.unset_fields import construct
 
 HERE = Path(__file__).resolve().parent
 # Over this many parameters, a config level other than "shrunk" is not built.
@@ -45,8 +45,9 @@ class Transformers(Library):
     """transformers' public model classes; the group of each is its modeling file."""
 
     title = "transformers' model classes"
-    results = HERE / "transformers_sweep_results.jsonl"
-    table = HERE / "transformers_sweep_results.md"
+    results = HERE / "results.jsonl"
+    table = HERE / "results.md"
+    command = "benchmarks.sweeps.transformers"
 
     def discover(self) -> list[tuple[str, str]]:
         """(module, class name) of every public class of every modeling file, without
@@ -154,13 +155,11 @@ class Transformers(Library):
         import torch
         import transformers
 
-        from xnnfold._releases import installed_version
-
         found = [f"transformers {transformers.__version__}", f"torch {torch.__version__}"]
         found += [
             f"{package} {version}"
             for package in ("torchvision", "timm", "executorch")
-            for version in [installed_version(package)]
+            for version in [_installed_version(package)]
             if version is not None
         ]
         return ", ".join(part.split("+")[0] for part in found)
@@ -225,5 +224,11 @@ class Transformers(Library):
         return lines + [row(r["class"], r["exporter"], []) for r in found if "exporter" in r]
 
 
-if __name__ == "__main__":
-    raise SystemExit(main(Transformers()))
+def _installed_version(package: str) -> str | None:
+    """``package``'s installed version, or None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None

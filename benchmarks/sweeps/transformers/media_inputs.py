@@ -1,4 +1,4 @@
-"""Companion inputs of pixels, audio and regions (`_transformers_companions`): the
+"""Companion inputs of pixels, audio and regions (`companion_inputs`): the
 tensors a model takes beside its image, video, waveform or features, each sized from the
 main input it accompanies (its frames, its patches, its images) and from the config.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from _transformers_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
+from benchmarks.sweeps.transformers.input_tensors import as_int, find, Maker, SAMPLES, SEQUENCE
 
 # Regions (boxes) of a model fed region features (LXMERT, VisualBERT).
 REGIONS = 4

@@ -1,5 +1,5 @@
 """Token indices of a transformers config made to fit its shrunk vocabulary
-(`_transformers_configs.at_level`): the answer tokens a classifier reads, the media
+(`config_levels.at_level`): the answer tokens a classifier reads, the media
 placeholder a model compares its input ids to.
 """
 
@@ -9,7 +9,7 @@ import contextlib
 import re
 from typing import Any
 
-from _transformers_fill import modeling_source
+from benchmarks.sweeps.transformers.unset_fields import modeling_source
 
 # A model's read of a token index with a fallback: ``getattr(config, "x_token_index", 3)``.
 _TOKEN_FALLBACK = re.compile(r"""getattr\(config, ["'](\w+_token_index)["'], ([\d_]+)\)""")

@@ -1,7 +1,7 @@
 """Fields of a transformers config the sweep sets because its model needs them and the
 config class's defaults leave them unset: a config is otherwise not buildable.
 
-Two kinds (a third, the flags a model class needs, is `_transformers_classes`'). Fields a
+Two kinds (a third, the flags a model class needs, is `class_fields`'). Fields a
 config leaves None (`complete`): a documented or model-code value (`REQUIRED`), a
 per-layer list from the layer types its model's code tests for, a per-layer-type RoPE
 table with an entry for each layer type. Fields a model
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from _transformers_labels import fill_per_label
+from benchmarks.sweeps.transformers.per_label_fields import fill_per_label
 
 # Fields some configs leave None by default, which their models need set: the value each
 # gets (documented examples where the config documents one: Granite 4 Vision's

@@ -2,8 +2,8 @@
 
 executorch 1.5.1's XNNPACK backend runs a delegated ``gelu(approximate="tanh")`` as exact
 GELU (docs/limits.md). This measures, in eager PyTorch, what that swap alone does to each
-architecture built and fed as the timm sweep (`benchmarks/sweeps/timm`) builds and feeds it (the same weights and
-input), to set beside the sweep's diff of its programs:
+architecture built and fed as the timm sweep (`benchmarks/sweeps/timm`) builds and feeds
+it (the same weights and input), to set beside the sweep's diff of its programs:
 
     python -m benchmarks.tanh_gelu_swap maxvit_base_tf_224 gemma4_vit_167m
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
 from benchmarks.sweeps.timm.library import Timm
 
 

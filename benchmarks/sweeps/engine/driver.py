@@ -27,7 +27,8 @@ from benchmarks.sweeps.engine.results import (
     SKIPPED,
     TIMED_OUT,
 )
-from benchmarks.sweeps.engine.worker import LOWER, SCREEN, serve, WORKER_MEMORY
+from benchmarks.sweeps.engine.retime import to_retime
+from benchmarks.sweeps.engine.worker import LOWER, RETIME, SCREEN, serve, WORKER_MEMORY
 
 # Timeouts, in CPU seconds of the worker (`_Worker.ask`).
 DEFAULT_TIMEOUT = 150.0
@@ -297,6 +298,37 @@ def run(
         thread.join()
 
 
+def retime(
+    library: Library,
+    names: list[str],
+    *,
+    lowering_timeout: float,
+    timeout: float,
+    memory: int,
+) -> None:
+    """Retime each class of ``names`` (`engine.retime`): a fresh worker lowers its
+    programs again and times them in a process of their own; its result line is appended
+    again with a ``"retime"`` entry (and the stack it was retimed under)."""
+    results = read_results(library.results)
+    stack = library.versions()
+    print(f"{len(names)} rows to retime", flush=True)
+    for index, name in enumerate(names, 1):
+        old = results[name]
+        pool = _Pool(library.command, timeout, lowering_timeout, memory)
+        outcome = pool.ask({"module": old["module"], "class": name, "mode": RETIME})
+        pool.close()
+        found = (outcome.result or {}).get("retime")
+        if found is None:
+            reason = (outcome.result or {}).get("reason") or (
+                "worker died" if outcome.died else f"stopped in {outcome.phase}"
+            )
+            found = {"error": reason[:200]}
+        found["stack"] = stack
+        append(library.results, {**old, "retime": found})
+        said = "identical" if found.get("identical") else found.get("ratio", found.get("error"))
+        print(f"[{index}/{len(names)}] {name}: {said} load {found.get('loadavg')}", flush=True)
+
+
 def _both_stopped(result: dict[str, Any]) -> bool:
     variants = result.get("variants", {})
     return all(variants.get(label, {}).get("timeout") for label in (XNNFOLD, STOCK))
@@ -341,6 +373,12 @@ def main(library: Library, *, description: str = "", argv: Optional[list[str]] =
     parser.add_argument("--fresh", action="store_true", help="redo the names given")
     parser.add_argument("--report", action="store_true", help="write the markdown only")
     parser.add_argument(
+        "--retime",
+        action="store_true",
+        help="retime the rows where xnnfold ran over 1.03x stock, each in fresh processes "
+        "(with --fresh, those retimed already too; with --only, those named)",
+    )
+    parser.add_argument(
         "--worker-memory",
         type=float,
         default=WORKER_MEMORY / 2**30,
@@ -354,6 +392,18 @@ def main(library: Library, *, description: str = "", argv: Optional[list[str]] =
     classes = library.discover()
     if args.report:
         library.table.write_text(report(library, read_results(library.results), classes))
+        return 0
+    if args.retime:
+        names = to_retime(read_results(library.results), again=args.fresh)
+        if args.only:
+            names = [name for name in names if name in set(args.only)]
+        retime(
+            library,
+            names[: args.limit] if args.limit else names,
+            timeout=args.timeout,
+            lowering_timeout=args.lowering_timeout,
+            memory=memory,
+        )
         return 0
     classes = library.order(classes)
     if args.only:

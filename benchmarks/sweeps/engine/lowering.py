@@ -2,9 +2,12 @@
 
 Each partitioner's entry records the computed-weight GEMMs `xnnfold.explain` finds, those
 left outside a delegate, the bytes a device stores (the ``.pte`` and its ``.ptd``), the
-max abs diff against eager through executorch.runtime, the lowering time (wall and CPU
-seconds of ``to_edge_transform_and_lower`` through `xnnfold.save`) and the median latency
-of calls interleaved with the other partitioner's program; or the error where one stage
+SHA-256 of each file, the max abs diff against eager through executorch.runtime, the
+lowering time (wall and CPU seconds of ``to_edge_transform_and_lower`` through
+`xnnfold.save`), the lowering's peak resident set (``VmHWM`` reset through
+``/proc/self/clear_refs`` as the lowering starts: the peak of the worker's resident set
+during the lowering, what the worker already held included) and the median latency of
+calls interleaved with the other partitioner's program; or the error where one stage
 failed.
 
 Each program is loaded and run against eager alone, and released before the next
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import tempfile
 import time
 from pathlib import Path
@@ -57,7 +61,8 @@ def wrong(entry: dict[str, Any]) -> bool:
 
 def gemm_counts(program: Any) -> dict[str, Any]:
     """What `xnnfold.explain` finds in a lowered ``program``: GEMMs with a computed weight
-    or bias, those folded, and those left outside a delegate (module and reason code)."""
+    or bias, those folded, those left outside a delegate (module and reason code), and
+    the tables stored once (tied)."""
     import xnnfold
 
     report = xnnfold.explain(program)
@@ -67,6 +72,7 @@ def gemm_counts(program: Any) -> dict[str, Any]:
         "outside": [
             f"{row.module} ({row.code or 'no code'})" for row in report.outside if row.computed
         ],
+        "tied": len(report.shared),
     }
 
 
@@ -90,6 +96,38 @@ def address_space_gib() -> dict[str, float]:
         if key in ("VmSize", "VmPeak"):
             found[key.removeprefix("Vm").lower()] = round(int(value.split()[0]) / 2**20, 2)
     return found
+
+
+def reset_peak_rss() -> bool:
+    """Reset this process's peak resident set (``VmHWM``) to its resident set now, through
+    ``/proc/self/clear_refs`` (Linux): the peak read after a lowering is then the
+    lowering's, whatever the worker held at its peak before. False where unsupported."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def peak_rss_mib() -> float | None:
+    """This process's peak resident set since its last reset (``VmHWM``, MiB)."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key == "VmHWM":
+            return round(int(value.split()[0]) / 1024, 1)
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _lowered(ep: Any, partitioner: Any, directory: Path) -> tuple[Any, tuple[Path, ...]]:
@@ -135,6 +173,8 @@ def lower_one(
         else XnnpackPartitioner()
     )
     entry: dict[str, Any] = {}
+    gc.collect()
+    reset = reset_peak_rss()
     wall, cpu = time.perf_counter(), time.process_time()
     try:
         edge, (pte, *data) = _lowered(program, partitioner, directory)
@@ -143,6 +183,8 @@ def lower_one(
     # How long the lowering took, or took to fail (a stop both partitioners may share).
     entry["lower_s"] = round(time.perf_counter() - wall, 2)
     entry["lower_cpu_s"] = round(time.process_time() - cpu, 2)
+    if reset:
+        entry["lower_peak_rss_mib"] = peak_rss_mib()
     if "error" in entry:
         return entry, None
     entry.update(gemm_counts(edge))
@@ -151,6 +193,8 @@ def lower_one(
     gc.collect()
     # What a device stores: the `.pte` and its `.ptd`, if any.
     entry["bytes"] = sum(path.stat().st_size for path in (pte, *data))
+    # What identical programs share: `--retime` spends no time on them.
+    entry["sha256"] = [_sha256(path) for path in (pte, *data)]
     if data:
         entry["data_files"] = [path.name for path in data]
 

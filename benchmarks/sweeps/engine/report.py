@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import re
-import statistics
 from typing import Any
 
 from benchmarks.sweeps.engine.library import Library
@@ -31,6 +30,7 @@ from benchmarks.sweeps.engine.results import (
     SKIPPED,
     TIMED_OUT,
 )
+from benchmarks.sweeps.engine.summary import larger_lines, NONE, summary_lines
 from benchmarks.sweeps.engine.worker import WORKER_MEMORY
 
 # The problem of xnnfold's entry out of the worker's memory where stock's lowering is not.
@@ -135,16 +135,35 @@ def table_head(noun: str) -> list[str]:
 
 _HEAD = (
     "| {noun} | GEMMs | outside stock / xnnfold | diff stock / xnnfold | bytes stock / "
-    "xnnfold | ms stock / xnnfold | lowering s stock / xnnfold (ratio) | problems |"
+    "xnnfold | ms stock / xnnfold | retimed xnnfold/stock | lowering s stock / xnnfold "
+    "(ratio) | lowering peak RSS MiB stock / xnnfold | problems |"
 )
-_RULE = "|---|---|---|---|---|---|---|---|"
+_RULE = "|---|---|---|---|---|---|---|---|---|---|"
 
 
-def row(name: str, path: dict[str, Any], flagged: list[str]) -> str:
-    """One table row: stock's and xnnfold's cells side by side."""
+def _retime_cell(retime: dict[str, Any] | None) -> str:
+    if not retime:
+        return NONE
+    if retime.get("identical"):
+        return "identical"
+    if "ratio" in retime:
+        load = retime.get("loadavg", [None])[0]
+        return f"{retime['ratio']:.2f}x" + (f" (load {load:.1f})" if load is not None else "")
+    return "error"
+
+
+def _rss_cell(entry: dict[str, Any]) -> str:
+    value = entry.get("lower_peak_rss_mib")
+    return NONE if value is None else f"{value:,.0f}"
+
+
+def row(
+    name: str, path: dict[str, Any], flagged: list[str], *, retime: dict[str, Any] | None = None
+) -> str:
+    """One table row: stock's and xnnfold's cells side by side, and the retimed ratio."""
     stock, ours = path.get(STOCK, {}), path.get(XNNFOLD, {})
     if "error" in stock and "error" in ours and not flagged and not ours.get("timeout"):
-        return f"| {name} | both stop (below) | - | - | - | - | - | none |"
+        return f"| {name} | both stop (below) | - | - | - | - | - | - | - | none |"
     scale = ours.get("scale", stock.get("scale"))
     ratio = lowering_ratio(path)
     return (
@@ -154,18 +173,11 @@ def row(name: str, path: dict[str, Any], flagged: list[str]) -> str:
         f"{f' ({scale:.1e})' if scale is not None else ''} "
         f"| {_cell(stock, 'bytes', ',d')} / {_cell(ours, 'bytes', ',d')} "
         f"| {_ms_cell(stock)} / {_ms_cell(ours)} "
+        f"| {_retime_cell(retime)} "
         f"| {_cell(stock, 'lower_cpu_s', '.1f')} / {_cell(ours, 'lower_cpu_s', '.1f')}"
         f"{f' ({ratio:.2f}x)' if ratio is not None else ''} "
+        f"| {_rss_cell(stock)} / {_rss_cell(ours)} "
         f"| {', '.join(flagged) or 'none'} |"
-    )
-
-
-def _ratios(results: list[dict[str, Any]]) -> list[tuple[float, str]]:
-    return sorted(
-        (ratio, r["class"])
-        for r in results
-        for ratio in [lowering_ratio(r.get("variants", {}))]
-        if ratio is not None
     )
 
 
@@ -193,7 +205,6 @@ def report(
     totals = collections.Counter(
         p.replace(" (exporter)", "") for ps in flagged.values() for p in ps
     )
-    ratios = _ratios(list(seen.values()))
     versions = library.versions()
     lines = [
         f"# {library.title} swept for computed-weight GEMMs",
@@ -206,7 +217,11 @@ def report(
         "timed alone; 'untimed': a program that ran against eager did not load or run a "
         "second time for the timing, in what the lowerings left of the worker's memory); "
         "lowering time is the CPU seconds of `to_edge_transform_and_lower` through "
-        "`xnnfold.save`, one thread.",
+        "`xnnfold.save`, one thread; retimed: the two programs lowered again and timed alone "
+        "in a fresh process over 31 interleaved calls (`--retime`, the load average "
+        "beside it), 'identical' where their files hash alike; lowering peak RSS: the "
+        "worker's resident set at its peak during the lowering, reset as it starts "
+        "(/proc/self/clear_refs); '—': not measured (excluded from the summary).",
         "",
         f"- {library.nouns} found: {len(classes)}",
     ]
@@ -234,12 +249,7 @@ def report(
         f"  - xnnfold out of the worker's memory where stock's is not: "
         f"{totals[_OUT_OF_MEMORY_PROBLEM]}",
     ]
-    if ratios:
-        worst, worst_name = ratios[-1]
-        lines.append(
-            f"- lowering time xnnfold/stock: median {statistics.median(r for r, _ in ratios):.2f}, "
-            f"worst {worst:.2f} ({worst_name}), over the {len(ratios)} {library.nouns} lowered both ways"
-        )
+    lines += summary_lines(list(seen.values()))
     lines += [
         f"- a GEMM-like op reads a computed tensor, but no lowering to read: {len(unread)}",
         "",
@@ -257,7 +267,10 @@ def report(
         "",
         *table_head(noun),
     ]
-    lines += [row(r["class"], r.get("variants", {}), flagged[r["class"]]) for r in found]
+    lines += [
+        row(r["class"], r.get("variants", {}), flagged[r["class"]], retime=r.get("retime"))
+        for r in found
+    ]
     lines += library.extra_report(found)
     errors = [
         (r["class"], f"{path} {label}", _error_cell(e))
@@ -295,6 +308,7 @@ def report(
             "constants; the run ended before these were lowered (a rerun without "
             f"`--screen-only` lowers them): {', '.join(waiting)}.",
         ]
+    lines += larger_lines(list(seen.values()))
     lines += _out_of_reach(library.nouns, [r for r in seen.values() if r["status"] == SKIPPED])
     return "\n".join(lines) + "\n"
 

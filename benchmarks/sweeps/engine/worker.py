@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from benchmarks.sweeps.engine.library import Library, OutOfReach
-from benchmarks.sweeps.engine.lowering import STOCK, through_partitioners, XNNFOLD
+from benchmarks.sweeps.engine.lowering import lower_one, STOCK, through_partitioners, XNNFOLD
 from benchmarks.sweeps.engine.results import (
     CANDIDATE,
     COMPUTED,
@@ -22,10 +22,12 @@ from benchmarks.sweeps.engine.results import (
     NOT_COMPUTED,
     SKIPPED,
 )
+from benchmarks.sweeps.engine.retime import identical, timed_in_fresh_process
 from benchmarks.sweeps.engine.screen import computed_gemm_args, leaves, positional
 
-# What the driver asks: screen only, or screen and lower a candidate.
-SCREEN, LOWER = "screen", "lower"
+# What the driver asks: screen only, screen and lower a candidate, or lower a lowered
+# class's programs again and time them in a fresh process (`retime`).
+SCREEN, LOWER, RETIME = "screen", "lower", "retime"
 # Address space per worker: a class that needs more fails with a MemoryError. Two
 # programs of a 400M-parameter model (timm's NFNets) and their lowerings need 8 GiB.
 WORKER_MEMORY = 8 * 2**30
@@ -75,6 +77,8 @@ def sweep_class(library: Library, request: dict[str, Any]) -> dict[str, Any]:
         return {**result, "status": NO_CANDIDATE}
     if request["mode"] == SCREEN:
         return {**result, "status": CANDIDATE}
+    if request["mode"] == RETIME:
+        return {**result, "retime": _retimed(wrapped, ep, args, built.expected)}
     expected = built.expected
     if expected is None:
         with torch.no_grad():
@@ -113,6 +117,48 @@ def sweep_class(library: Library, request: dict[str, Any]) -> dict[str, Any]:
         if extra is not None:
             result["exporter"] = extra
     return {**result, "status": COMPUTED}
+
+
+def _retimed(wrapped: Any, ep: Any, args: tuple[Any, ...], expected: Any) -> dict[str, Any]:
+    """Both partitioners' programs lowered again and timed in a fresh process
+    (`retime`), or "identical" where their files hash alike."""
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    import xnnfold
+
+    if expected is None:
+        with torch.no_grad():
+            expected = leaves(wrapped(*args))
+    with tempfile.TemporaryDirectory(prefix="retime-") as root:
+        programs: dict[str, tuple[Path, Path | None]] = {}
+        entries: dict[str, dict[str, Any]] = {}
+        for label, program in (
+            (
+                XNNFOLD,
+                torch.export.export(xnnfold.prepare_for_xnnpack(wrapped), args, strict=False),
+            ),
+            (STOCK, ep),
+        ):
+            directory = Path(root) / label
+            directory.mkdir()
+            _say("PHASE", f"lower {label}")
+            entry, _ = lower_one(label, program, args, expected, directory)
+            if "error" in entry:
+                return {"error": f"{label}: {entry['error']}"}
+            entries[label] = entry
+            data = directory / entry["data_files"][0] if entry.get("data_files") else None
+            programs[label] = (directory / "model.pte", data)
+        found = {"sha256": {label: e["sha256"] for label, e in entries.items()}}
+        found["bytes"] = {label: e["bytes"] for label, e in entries.items()}
+        if identical(entries):
+            return {**found, "identical": True, "ratio": 1.0}
+        _say("PHASE", "time")
+        inputs = Path(root) / "inputs.pt"
+        torch.save(list(args), inputs)
+        return {**found, **timed_in_fresh_process(programs, inputs)}
 
 
 def serve(library: Library, *, memory: int = WORKER_MEMORY) -> int:

@@ -86,7 +86,7 @@ def test_the_report_prints_the_four_summary_lines(
     library, results = swept
     text = report(library, results, library.discover())
     for start in (
-        "- latency xnnfold/stock: ",
+        "- latency xnnfold/stock (retimed): ",
         "- lowering time xnnfold/stock: median ",
         "- lowering memory xnnfold/stock: median ",
         "- larger than stock: ",

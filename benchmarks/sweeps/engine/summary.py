@@ -93,10 +93,10 @@ def _line(
     found = sorted((r, row["class"]) for row in rows for r in [ratio(row)] if r is not None)
     left = len(rows) - len(found)
     if not found:
-        return f"- {label} xnnfold/stock: {NONE} (no row measured both ways; {left} {unmeasured})"
+        return f"- {label}: {NONE} (no row measured both ways; {left} {unmeasured})"
     worst, name = found[-1]
     return (
-        f"- {label} xnnfold/stock: median {statistics.median(r for r, _ in found):.2f}, "
+        f"- {label}: median {statistics.median(r for r, _ in found):.2f}, "
         f"worst {worst:.2f} ({name}), over {len(found)} rows; {left} {unmeasured} ({NONE})"
     )
 
@@ -115,14 +115,14 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
     attributed = [r for r in larger_rows if attribution(r)]
     lines = [
         _line(
-            "latency",
+            "latency xnnfold/stock (retimed)",
             both,
             retimed_ratio,
             f"not timed both ways, or above {SLOWER_ABOVE}x and not retimed yet (`--retime`)",
         ),
-        _line("lowering time", both, lowering_time_ratio, "without both CPU times"),
+        _line("lowering time xnnfold/stock", both, lowering_time_ratio, "without both CPU times"),
         _line(
-            "lowering memory",
+            "lowering memory xnnfold/stock",
             both,
             lowering_memory_ratio,
             "without both peaks (recorded before the peak was)",

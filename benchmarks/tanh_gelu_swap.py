@@ -2,10 +2,10 @@
 
 executorch 1.5.1's XNNPACK backend runs a delegated ``gelu(approximate="tanh")`` as exact
 GELU (docs/limits.md). This measures, in eager PyTorch, what that swap alone does to each
-architecture built and fed as `timm_sweep.py` builds and feeds it (the same weights and
-input), to set beside the sweep's diff of its programs:
+architecture built and fed as the timm sweep (`benchmarks/sweeps/timm`) builds and feeds
+it (the same weights and input), to set beside the sweep's diff of its programs:
 
-    python benchmarks/tanh_gelu_swap.py maxvit_base_tf_224 gemma4_vit_167m
+    python -m benchmarks.tanh_gelu_swap maxvit_base_tf_224 gemma4_vit_167m
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from timm_sweep import Timm
+
+from benchmarks.sweeps.timm.library import Timm
 
 
 def swap_diff(name: str) -> tuple[float, float]:

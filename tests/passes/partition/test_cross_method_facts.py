@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,6 +96,67 @@ def test_a_method_asked_about_twice_is_one_method() -> None:
     for _ in range(2):
         facts.note_tables({"head": head}, TableUses(frozenset({"head"})), program=program)
     assert facts.tied_across_methods({"head": head}) == frozenset()
+
+
+class _Decomposed:
+    """Stands for a program executorch decomposed from another: a new object that keeps
+    the first one's example inputs, as ``run_decompositions`` does."""
+
+    def __init__(self, source: Any) -> None:
+        self.example_inputs = source.example_inputs
+
+
+def test_a_decomposed_copy_of_a_method_s_program_is_the_same_method() -> None:
+    head = torch.randn(8, 4)
+    first = _Program()
+    first.example_inputs = ((torch.randn(2, 4),), {})  # type: ignore[attr-defined]
+    facts = CrossMethodFacts()
+    for program in (first, _Decomposed(first)):
+        facts.note_tables({"head": head}, TableUses(frozenset({"head"})), program=program)
+    assert facts.tied_across_methods({"head": head}) == frozenset()
+
+
+class _TwoLinears(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(8, 16), nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+@pytest.mark.runtime
+def test_tying_with_nothing_tied_writes_stock_s_bytes_and_no_data_file(
+    tmp_path: Path,
+) -> None:
+    """With a per-node filter, executorch asks about the method's decomposed program too:
+    one method, nothing shared, so nothing is tied and the program is stock's."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.runtime import Runtime
+
+    torch.manual_seed(0)
+    model, x = _TwoLinears().eval(), torch.randn(2, 8)
+    written = {}
+    for label, partitioner in (
+        ("stock", XnnpackPartitioner()),
+        (
+            "xnnfold",
+            XnnpackFoldingPartitioner(
+                tie_tables=True, keep_decomposition_filter=True, facts=CrossMethodFacts()
+            ),
+        ),
+    ):
+        edge = to_edge_transform_and_lower(
+            torch.export.export(model, (x,)), partitioner=[partitioner]
+        )
+        (tmp_path / label).mkdir()
+        written[label] = xnnfold.save(edge.to_executorch(), tmp_path / label / "model.pte")
+    (stock,), ours = written["stock"], written["xnnfold"]
+    assert [path.name for path in ours] == ["model.pte"]
+    assert ours[0].read_bytes() == stock.read_bytes()
+    program = Runtime.get().load_program(ours[0])  # the method borrows it
+    (out,) = program.load_method("forward").execute([x])
+    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_partitioners_built_in_a_row_share_their_facts() -> None:

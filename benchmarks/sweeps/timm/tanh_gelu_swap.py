@@ -5,7 +5,7 @@ GELU (docs/limits.md). This measures, in eager PyTorch, what that swap alone doe
 architecture built and fed as the timm sweep (`benchmarks/sweeps/timm`) builds and feeds
 it (the same weights and input), to set beside the sweep's diff of its programs:
 
-    python -m benchmarks.tanh_gelu_swap maxvit_base_tf_224 gemma4_vit_167m
+    python -m benchmarks.sweeps.timm.tanh_gelu_swap maxvit_base_tf_224 gemma4_vit_167m
 """
 
 from __future__ import annotations

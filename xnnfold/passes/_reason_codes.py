@@ -16,6 +16,7 @@ from xnnfold._code_registry import register as _code
 
 __all__ = [
     "CODES",
+    "OP_ARGUMENT_CODES",
     "Problem",
     "ReasonCode",
 ]
@@ -116,6 +117,10 @@ MAX_DIM_ARGUMENTS: Final = _code(
     "XNF522",
     "max-dim-arguments",
     "max.dim over a dim XNNPACK's serializer refuses (not 2 or 3 as written) or without keepdim",
+)
+# The codes on ops other than GEMMs, which no GEMM argument rule gives.
+OP_ARGUMENT_CODES: Final = frozenset(
+    code.code for code in (POOL_DIVISOR_PADDING, RESIZE_SCALE, MAX_DIM_ARGUMENTS)
 )
 # The stock XNNPACK config's own reason (dtype, rank, options ...), passed on as it is.
 STOCK: Final = _code("XNF590", "stock", "executorch's XNNPACK config declined the GEMM")

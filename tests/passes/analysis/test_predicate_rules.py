@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from xnnfold._meta import CUSTOM_META_KEY, VAL_META_KEY
 from xnnfold.passes._options import FoldOptions, GrowthBudget
-from xnnfold.passes._reason_codes import CODES
+from xnnfold.passes._reason_codes import CODES, OP_ARGUMENT_CODES
 from xnnfold.passes.analysis import new_analysis_cache, Rejection, WeightComputation
 
 from tests.passes.analysis._harness import (
@@ -420,8 +420,9 @@ def test_the_rule_passes_a_minimally_different_program(case: Case) -> None:
 
 
 def test_every_code_has_a_case() -> None:
-    """A new code without an entry in `CASES` fails here."""
-    assert sorted(set(CODES) - {case.code for case in CASES}) == []
+    """A new code without an entry in `CASES` fails here (the codes on ops other than
+    GEMMs have theirs in tests/passes/partition/test_argument_checks.py)."""
+    assert sorted(set(CODES) - OP_ARGUMENT_CODES - {case.code for case in CASES}) == []
 
 
 def test_every_case_is_a_known_code() -> None:

@@ -29,6 +29,7 @@ from torch import nn
 from torch.fx import Node
 
 import xnnfold
+from xnnfold.passes._reason_codes import OP_ARGUMENT_CODES
 from xnnfold.passes.partition._argument_checks import (
     avg_pool_problem,
     checked_configs,
@@ -61,6 +62,11 @@ IMAGE = torch.rand(1, 2, 5, 5, generator=torch.Generator().manual_seed(0)) + 0.5
 def _node(module: nn.Module, name: str) -> Node:
     ep = torch.export.export(module, (IMAGE,))
     return next(n for n in ep.graph.nodes if n.op == "call_function" and name in str(n.target))
+
+
+def test_every_op_argument_code_has_its_rule_here() -> None:
+    """A new code on an op other than a GEMM needs its rule's cases in this file."""
+    assert {"XNF520", "XNF521", "XNF522"} == OP_ARGUMENT_CODES
 
 
 def test_pool_divisor_with_padding_left_out_is_a_problem() -> None:

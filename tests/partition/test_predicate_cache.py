@@ -229,16 +229,16 @@ def test_a_query_fills_only_the_cache_it_is_given() -> None:
     ep = _weight_norm_linear_program()
     given, other = new_analysis_cache(), new_analysis_cache()
     constant_map(ep, cache=given)
-    assert ep.graph in given and ep.graph not in other
+    assert ep in given and ep not in other
     constant_map(ep, cache=None)
-    assert ep.graph not in other
+    assert ep not in other
 
 
 def test_two_partitioners_do_not_share_constant_maps() -> None:
     first, second = XnnpackFoldingPartitioner(), XnnpackFoldingPartitioner()
     ep = _weight_norm_linear_program()
     first.ops_to_not_decompose(ep)
-    assert ep.graph in first._analysis and ep.graph not in second._analysis
+    assert ep in first._analysis and ep not in second._analysis
 
 
 @pytest.fixture

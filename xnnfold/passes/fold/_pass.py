@@ -31,6 +31,7 @@ from xnnfold.passes._marks import fold_mark_of, FoldMark
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
+    AnalysisCache,
     computation_key,
     decide,
     is_matrix_transpose,
@@ -162,10 +163,10 @@ class FoldComputedWeightsPass(XNNPACKPass):
                 DeprecationWarning,
                 stacklevel=2,
             )
-        # This pass's own constant maps (the delegate's program is a private copy).
-        self._analysis = new_analysis_cache()
 
-    def _computations(self, marked: dict[Node, FoldMark]) -> list[WeightComputation]:
+    def _computations(
+        self, marked: dict[Node, FoldMark], cache: AnalysisCache
+    ) -> list[WeightComputation]:
         ep = self.exported_program
         found: list[WeightComputation] = []
         for node, mark in marked.items():
@@ -182,7 +183,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     arg_positions=positions,
                     options=mark.options,
                     stage=Stage.DELEGATE,
-                    cache=self._analysis,
+                    cache=cache,
                 )
                 if verdict is None:
                     continue
@@ -269,7 +270,10 @@ class FoldComputedWeightsPass(XNNPACKPass):
         ep = self.exported_program
         graph = graph_module.graph
         marked = {node: mark for node in graph.nodes if (mark := fold_mark_of(node)) is not None}
-        computations = self._computations(marked)
+        # One call's constant maps, swept before anything is rewritten: the stage ends
+        # with the rewrite.
+        cache = new_analysis_cache()
+        computations = self._computations(marked, cache)
         scaled = [
             node for node, mark in marked.items() if node.op == "call_function" and mark.scales
         ]
@@ -282,7 +286,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         memo: dict[Node, object] = {}
         keys = [
             (
-                computation_key(c, memo, ep, cache=self._analysis),
+                computation_key(c, memo, ep, cache=cache),
                 c.gemm if _reshaped_in_place(c) else None,
             )
             for c in computations

@@ -216,8 +216,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # The thread this instance serves (set on first use): its caches and the tensors
         # below are one lowering's at a time.
         self._thread: Optional[int] = None
-        # This partitioner's ATen plans and constant maps by graph (each graph is asked
-        # about many times), handed to every query it asks and to the configs it builds.
+        # The current stage's ATen plans and constant maps by program, handed to every
+        # query it asks and to the configs it builds (`_start_stage`).
         self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
         # The tensors behind each constant FQN this partitioner was asked about: the keys
@@ -243,6 +243,16 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """The `CrossMethodFacts` this partitioner shares with the other partitioners of
         each lowering it serves."""
         return self._facts
+
+    def _start_stage(self) -> None:
+        """Start the caches of one of executorch's calls: the program may have been
+        edited since the last (executorch rewrites a program it asked about), so nothing
+        swept before is read. The configs a call builds keep its caches: the filter
+        executorch calls after `ops_to_not_decompose` returned judges the program as it
+        was asked about."""
+        self._serve_this_thread()
+        self._plans = weakref.WeakKeyDictionary()
+        self._analysis = new_analysis_cache()
 
     def _serve_this_thread(self) -> None:
         thread = threading.get_ident()
@@ -279,7 +289,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
         """executorch's grouping of every config's partition, repeated until every fold
         it accepts still holds (`matched_to_fixed_point`). Writes nothing."""
-        self._serve_this_thread()
+        self._start_stage()
         facts = self._asked.program_facts(self._facts)
         return self._matched(ep, facts, kept_for_folds(ep)).groups
 
@@ -291,7 +301,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The partitions `partition` tags (`partitions_of` the final matching). Writes
         nothing: `partition` writes the outcome."""
-        self._serve_this_thread()
+        self._start_stage()
         partitions, _ = self._partitions(
             ep, self._asked.program_facts(self._facts), kept_for_folds(ep)
         )
@@ -316,7 +326,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         method does with its constants to the lowering's `CrossMethodFacts`
         (`note_method`).
         """
-        self._serve_this_thread()
+        self._start_stage()
         facts = self._facts
         if ep.dialect == _ATEN_DIALECT:
             tensors = self._asked.remember(ep)
@@ -355,7 +365,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """The stock partition (the tagging `XnnpackPartitioner.partition` does) of this
         partitioner's final matching, with the fold marks and reasons written from what
         it found (`_outcome`)."""
-        self._serve_this_thread()
+        self._start_stage()
         warn_if_deprecated_to_backend(self)
         facts = self._facts
         # Every method's question has been asked (`_facts`): this lowering's facts are in.
@@ -390,4 +400,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         )
         if self.tie_tables:
             tag_tied_tables(exported_program, tables)
+        # executorch rewrites the program next: this stage's maps end here.
+        self._start_stage()
         return result

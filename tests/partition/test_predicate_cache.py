@@ -260,10 +260,11 @@ class _ManyGemms(nn.Module):
 @pytest.mark.runtime
 @pytest.mark.parametrize("keep_filter", [False, True])
 def test_one_lowering_sweeps_each_graph_once(keep_filter: bool, sweeps: list[int]) -> None:
-    """Every query of one lowering, the filter executorch calls after
-    ops_to_not_decompose returned included, reads the partitioner's cached maps: one
-    sweep per graph (the ATen program, the edge program, the delegate's copy), not one
-    per GEMM."""
+    """Every query of one of executorch's calls, the filter executorch calls after
+    ops_to_not_decompose returned included, reads that call's cached maps: one sweep per
+    question (the ATen program asked for its ops and again whether it gives a filter, the
+    program decomposed with that filter, the edge program, the delegate's copy), not one
+    per GEMM (six here)."""
     torch.manual_seed(0)
     model = prepare_for_xnnpack(_ManyGemms().eval())
     ep = torch.export.export(model, (torch.randn(2, 8),))
@@ -271,7 +272,7 @@ def test_one_lowering_sweeps_each_graph_once(keep_filter: bool, sweeps: list[int
     edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     edge.to_executorch()
     assert summarize(edge).fully_delegated
-    assert 1 <= len(sweeps) <= 4, sweeps
+    assert 1 <= len(sweeps) <= 5, sweeps
 
 
 def test_a_query_given_no_cache_sweeps_the_graph_once(sweeps: list[int]) -> None:

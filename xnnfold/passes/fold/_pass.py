@@ -312,6 +312,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     removed.add(node)
             for source in computation.sources:
                 if source not in removed and not source.users:
+                    constants.release(source)
                     dead_sources.append(source)
                     removed.add(source)
 

@@ -41,14 +41,14 @@ TIER_ENVIRONMENT_VARIABLE = "XNNFOLD_TEST_TIER"
 LONGEST_FIRST = (
     "tests/end_to_end/test_differential.py",
     "tests/recipes/test_recipes.py",
-    "tests/partition/test_shared.py",
+    "tests/passes/partition/test_shared.py",
     "tests/end_to_end/test_transformers_models.py",
-    "tests/partition/test_boundaries.py",
+    "tests/passes/partition/test_boundaries.py",
     "tests/integrations/test_transformers_exporter.py",
-    "tests/partition/test_growth_budget.py",
-    "tests/partition/test_decompositions.py",
+    "tests/passes/partition/test_growth_budget.py",
+    "tests/passes/partition/test_decompositions.py",
     "tests/end_to_end/test_end_to_end.py",
-    "tests/partition/test_addmm_arguments.py",
+    "tests/passes/partition/test_addmm_arguments.py",
 )
 
 

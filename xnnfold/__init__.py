@@ -27,16 +27,17 @@ if TYPE_CHECKING:
         FoldComputedWeightsPass,
         install_preprocess_hook,
         is_preprocess_hook_installed,
-        tie_tables,
         uninstall_preprocess_hook,
         XnnpackFoldingPartitioner,
     )
     from xnnfold.passes._options import DEFAULT_GROWTH_BUDGET, GrowthBudget, NO_GROWTH
     from xnnfold.passes.fold._unused import remove_unused_constants
     from xnnfold.passes.report._explain import (
+        ExactGeluRow,
         explain,
         ExplainReport,
         GemmRow,
+        OpRow,
         SharedTable,
         TableStoredTwice,
     )
@@ -56,10 +57,12 @@ __getattr__, __dir__ = lazy_exports(__name__, __file__, globals())
 __all__ = [
     "CrossMethodFacts",
     "DEFAULT_GROWTH_BUDGET",
+    "ExactGeluRow",
     "ExplainReport",
     "GemmRow",
     "GrowthBudget",
     "NO_GROWTH",
+    "OpRow",
     "explain",
     "FoldComputedWeightsPass",
     "FoldSite",
@@ -80,7 +83,6 @@ __all__ = [
     "data_paths",
     "save",
     "summarize",
-    "tie_tables",
     "to_executorch",
     "uninstall_preprocess_hook",
     "unprepare_for_xnnpack",

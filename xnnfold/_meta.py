@@ -12,16 +12,16 @@ only what someone else reads after the stage returned:
     `ConfigerationBasedPartitioner` tags.
   - the external-data tags (`EXTERNAL_TAG_KEYS`) of a tied table's placeholder, under
     executorch's default tag (`EXTERNAL_CONSTANT_TAG`); written by `tag_external`
-    (``passes/partition/_tied.py``), with ``tie_tables=True`` or the deprecated
-    `xnnfold.tie_tables`.
+    (``passes/partition/_tied_tagging.py``), with ``tie_tables=True``.
 
 - the one fold mark, the only carrier into XNNPACK preprocess (executorch hands it the
   delegate's program alone): ``xnnfold_fold`` (`FOLD_META_KEY`), a frozen `FoldMark`
   (``passes/_marks.py``: the arguments to fold with their sites, addmm's scales, the
-  `FoldOptions`, the growth of each fold) on each delegated GEMM with something to fold;
-  written by `write_fold_marks` (``passes/partition/_outcome.py``), read by the fold
-  pass and its hook and by `explain`. The fold pass drops it from its private copy once
-  it has folded.
+  `FoldOptions`, the growth of each fold) on each delegated GEMM with something to fold,
+  or a `TanhGeluMark` on each delegated tanh GELU the installed serializer would write as
+  exact GELU; written by `write_fold_marks` (``passes/partition/_outcome.py``), read by
+  the fold pass, the tanh GELU pass, their hook and `explain`. The fold pass drops a
+  `FoldMark` from its private copy once it has folded; the GELU pass replaces the node.
 
 - what `explain` reads from a lowered program: ``xnnfold_reason`` (`REASON_META_KEY`), a
   frozen `GemmReason` (the reason, its code and, for a GEMM the growth budget left
@@ -71,7 +71,8 @@ __all__ = [
 CUSTOM_META_KEY: Final = "custom"
 # Inside node.meta["custom"]: "<module path>.<tensor name>" of the parametrized tensor.
 SITE_META_KEY: Final = "xnnfold_site"
-# On a delegated GEMM with something to fold: its `FoldMark`.
+# On a delegated GEMM with something to fold: its `FoldMark`; on a delegated tanh GELU
+# that preprocess computes exactly: a `TanhGeluMark`.
 FOLD_META_KEY: Final = "xnnfold_fold"
 # Inside node.meta["custom"] of an ATen node the partitioner asked executorch not to
 # decompose for a fold: True.

@@ -19,7 +19,7 @@ The policy is kept apart from the seam (`xnnfold._upstream`, the private upstrea
 because the two change for different reasons: these tables with every release tested, the
 seam only when a release moves a name. The seam imports from here (its errors name the
 releases its names were written for), never the reverse
-(tests/install/test_module_graph.py). Only the standard library is imported on import
+(tests/architecture/test_module_graph.py). Only the standard library is imported on import
 (packaging on the first check), so the codemod, which reaches the seam for libcst's
 `LazyValue`, needs neither torch nor packaging.
 """

@@ -19,7 +19,7 @@ nowhere else:
   `forward_pre_hooks_of`, `conv_forward`, `warn_if_deprecated_to_backend`,
   `set_graph_signature`, `external_data_files_of`, `real_value_of_fake`) are the only code
   that reads or writes a private attribute of an upstream object, and `supports_bf16`
-  asks the installed configs what they take.
+  asks the installed configs what they take, `serializes_tanh_gelu` the serializer.
 
 Which releases were tested, and what an installed one gets, is the release policy,
 `xnnfold._releases`: it changes with every release tested, this module only when a release
@@ -27,7 +27,7 @@ moves a name. This module imports from it (the releases its names were written f
 policy's verdict on the installed torch and executorch, which `check_releases` logs with
 the check of the names), never the reverse.
 
-`tests/install/test_upstream_seam.py` scans every other module for private imports and
+`tests/architecture/test_upstream_seam.py` scans every other module for private imports and
 private attribute access.
 """
 
@@ -158,7 +158,7 @@ _WRITTEN_FOR: Final[dict[str, str]] = {
 # the hook override or read. (The instance attributes the accessors below touch,
 # `EdgeOpOverload._op`, `OpOverload._schema` and `_overloadname`, `Module._forward_pre_hooks`,
 # `Conv2d._conv_forward` and `ExportedProgram._graph_signature`, are checked by
-# tests/install/test_upstream_seam.py.)
+# tests/architecture/test_upstream_seam.py.)
 UPSTREAM_NAMES: Final[tuple[tuple[str, str], ...]] = (
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_weight_deps"),
     ("executorch.backends.xnnpack.partition.config.gemm_configs", "GEMMConfig._get_bias_deps"),
@@ -332,3 +332,17 @@ def supports_bf16() -> bool:
     from executorch.backends.xnnpack.partition.config.gemm_configs import LinearConfig
 
     return getattr(LinearConfig(enable_bf16=True), "enable_bf16", False) is True
+
+
+# The XNNPACK graph node for tanh GELU, in serializers that have one.
+_APPROXIMATE_GELU_NODE: Final = "XNNApproxGelu"
+
+
+def serializes_tanh_gelu() -> bool:
+    """Whether the installed XNNPACK serializer writes ``gelu(approximate="tanh")`` as
+    tanh GELU: only where its graph schema has an approximate-GELU node. executorch
+    1.5.1's has none, and its GELU visitor drops ``approximate``, so a delegated tanh GELU
+    there computes exact GELU."""
+    from executorch.backends.xnnpack.serialization import xnnpack_graph_schema
+
+    return hasattr(xnnpack_graph_schema, _APPROXIMATE_GELU_NODE)

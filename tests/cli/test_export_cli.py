@@ -22,7 +22,7 @@ import torch
 import xnnfold
 from xnnfold.cli import main
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 MODELS = textwrap.dedent(

@@ -1,7 +1,7 @@
 """Every relative link and every repository path the documentation names exists.
 
 README.md and docs/*.md point readers at each other and at the code: a Markdown link
-``[text](docs/limits.md)``, or a path in backticks such as ``tests/fold/test_hook.py``.
+``[text](docs/limits.md)``, or a path in backticks such as ``tests/passes/fold/test_hook.py``.
 A file that moves without its references leaves the reader at a dead end; here that fails
 the document's test, naming the line. External links (``https://...``) and globs are not
 checked.

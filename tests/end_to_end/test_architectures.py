@@ -30,7 +30,7 @@ from xnnfold.fixtures._architectures import (
 from tests._lowering import lower_stock, Lowered, lowered_hand_folded
 from tests._tiers import campaign_unless
 
-# The full tier: the fast tier covers each rule in tests/unit and end to end once.
+# The full tier: the fast tier covers each rule in tests/passes/analysis and end to end once.
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 
 # The GEMMs XNNPACK takes only with a static weight (bmm multiplies two activations).

@@ -1,5 +1,5 @@
 """Model classes nobody here wrote: transformers' audio encoders, vocoders and the causal
-LMs whose GEMM weights are computed (found by benchmarks/transformers_sweep.py).
+LMs whose GEMM weights are computed (found by benchmarks/sweeps/transformers).
 
 The fixtures (`xnnfold.fixtures`) reproduce the patterns of these architectures; these
 tests lower the library's own classes, at tiny configs with random weights (nothing is

@@ -9,7 +9,8 @@ the size. ``--check`` makes a GEMM left outside a delegate an error, for CI.
 
 The command writes the files itself, so it stores a tied table once by default
 (``--tie-tables``): in ``model.ptd`` beside ``model.pte``, which it names as the data the
-``.pte`` loads with. ``--no-tie-tables`` writes one self-contained ``.pte``.
+``.pte`` loads with. ``--no-tie-tables`` writes one self-contained ``.pte``. Files are
+written by `xnnfold.save`: atomically, with the mode ``open(path, "wb")`` would give.
 
 ``MODULE`` is a dotted module importable from the current directory or a path to a ``.py``
 file. A bad ``MODULE:CALLABLE`` or a callable that returns something else exits with code 2
@@ -303,7 +304,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 class _DropTiedTableWarning(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        from xnnfold.passes.partition._tied import TIED_TABLE_WARNING
+        from xnnfold.passes.partition._tied_tagging import TIED_TABLE_WARNING
 
         return record.msg is not TIED_TABLE_WARNING
 
@@ -312,7 +313,7 @@ class _DropTiedTableWarning(logging.Filter):
 def _without_tied_table_warning() -> Iterator[None]:
     """Leave out the partitioner's advice to write the ``.ptd`` while the command, which
     writes it, lowers."""
-    from xnnfold.passes.partition._tied import logger
+    from xnnfold.passes.partition._tied_tagging import logger
 
     drop = _DropTiedTableWarning()
     logger.addFilter(drop)

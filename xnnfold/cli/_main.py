@@ -23,8 +23,7 @@ _VERBOSE_HELP = (
 
 def _demo(args: argparse.Namespace) -> int:
     # Imported here so that `xnnfold --help` answers without loading torch.
-    from xnnfold.cli._demo import compare_fixture, format_table
-    from xnnfold.fixtures import DEFAULT_FIXTURE, FIXTURES
+    from xnnfold.fixtures import compare_fixture, comparison_table, DEFAULT_FIXTURE, FIXTURES
 
     name = DEFAULT_FIXTURE if args.fixture is None else args.fixture
     if name not in FIXTURES:
@@ -44,7 +43,7 @@ def _demo(args: argparse.Namespace) -> int:
     results = compare_fixture(
         fixture, runs=args.runs, slow_budget_s=args.slow_budget, progress=progress
     )
-    print(format_table([(fixture.name, r) for r in results]))
+    print(comparison_table([(fixture.name, r) for r in results]))
     stock, folded, hand = results
     print(
         f"\nstock / xnnfold median latency: {stock.median_ms / folded.median_ms:,.1f}x; "

@@ -6,6 +6,8 @@ load .../torchao/_C_mxfp8...so``) and torch announces that an Enum registered by
 is now natively supported. A new user reads them as a broken install. The command drops
 exactly these records (matched by logger and message), shows them with ``--verbose``, and
 lets every other record through: a real error still reaches the terminal.
+In a user's own process nothing is filtered; docs/limits.md lists each of these lines
+with its source.
 """
 
 from __future__ import annotations

@@ -7,17 +7,24 @@ first needs. `save` names each data file after its ``.pte`` instead (``model.pte
 with ``model.ptd``): the files of two programs in one folder never collide. The runtime
 finds a program's data by key, not by file name, so the name is the writer's to choose.
 Each file is written to a temporary name beside it and then renamed, so a failed write
-leaves the previous file whole.
+leaves the previous file whole. A new file gets the mode ``open(path, "wb")`` would give it
+(``0o666`` less the umask: 0644 under umask 022, 0600 under 077), and a file replaced keeps
+its mode, as ``open(path, "wb")`` keeps it: the ``.pte``'s temporary file is created with
+mode ``0o666`` (executorch writes the ``.ptd`` files with ``open(..., "wb")`` itself) and the
+kernel applies the umask, so the umask is never read (reading it means setting it, for
+every thread of the process at once).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
+import stat
 import tempfile
 from pathlib import Path
-from typing import Iterator, Union
+from typing import BinaryIO, Iterator, Optional, Union
 
 from executorch.exir import ExecutorchProgramManager
 
@@ -26,6 +33,9 @@ from xnnfold._upstream import external_data_files_of
 __all__ = ["data_files", "data_paths", "save"]
 
 PTD_SUFFIX = ".ptd"
+# What ``open(path, "wb")`` asks of the kernel for a new file; the umask takes its share.
+_NEW_FILE_MODE = 0o666
+_TEMPORARY_NAME_ATTEMPTS = 100
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -60,14 +70,46 @@ def data_paths(program: ExecutorchProgramManager, pte: PathLike) -> tuple[Path, 
     return paths
 
 
-@contextlib.contextmanager
-def _replacing(path: Path) -> Iterator[Path]:
-    """A temporary path beside ``path`` to write to; renamed to ``path`` on success."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(handle)
+def _existing_mode(path: Path) -> Optional[int]:
+    """The permission bits of the file at ``path`` (through a link, as ``open`` writes
+    through one), or None when there is none."""
     try:
-        yield Path(temporary)
-        os.replace(temporary, path)
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return None
+
+
+def _create_beside(path: Path) -> tuple[int, Path]:
+    """A new, uniquely named file beside ``path``, opened for writing, with the mode a new
+    ``open(path, "wb")`` gets: ``O_EXCL`` creates it (never through a link), ``0o666``
+    less the process's umask, which the kernel applies."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(_TEMPORARY_NAME_ATTEMPTS):
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(temporary, flags, _NEW_FILE_MODE), temporary
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"xnnfold.save: no free temporary name beside {str(path)!r}")
+
+
+def _replace_keeping_mode(source: Path, target: Path) -> None:
+    """Rename ``source`` onto ``target``; a file ``target`` replaces keeps its mode."""
+    mode = _existing_mode(target)
+    if mode is not None:
+        os.chmod(source, mode)
+    os.replace(source, target)
+
+
+@contextlib.contextmanager
+def _replacing(path: Path) -> Iterator[BinaryIO]:
+    """A file to write ``path``'s bytes to, under a temporary name beside it; renamed to
+    ``path`` when the block succeeds, removed when it fails."""
+    handle, temporary = _create_beside(path)
+    try:
+        with os.fdopen(handle, "wb") as file:
+            yield file
+        _replace_keeping_mode(temporary, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
@@ -80,8 +122,12 @@ def save(program: ExecutorchProgramManager, path: PathLike) -> tuple[Path, ...]:
     A program whose tied table is stored once (``tie_tables=True``, docs/tied-tables.md)
     loads only with its data file: ``Runtime.get().load_program("model.pte",
     data_path="model.ptd")``, or ``xnnfold.run_pte(pte_bytes, inputs,
-    data_path="model.ptd")``. A program without external data is written as
-    ``et.write_to_file`` writes it, and loads alone.
+    data_path="model.ptd")``. A program without external data is written with the bytes
+    ``et.write_to_file`` writes, and loads alone.
+
+    Each file has the mode ``open(path, "wb")`` would give it: a new one ``0o666`` less the
+    umask (0644 under umask 022), one replaced its own. Each is written under a temporary
+    name beside it and renamed, so a failed write leaves the previous file whole.
 
     Returns:
         The paths written, the ``.pte`` first, then the data files it loads with.
@@ -105,9 +151,9 @@ def save(program: ExecutorchProgramManager, path: PathLike) -> tuple[Path, ...]:
         try:
             program.write_tensor_data_to_file(str(staging))
             for name, target in zip(data_files(program), targets):
-                os.replace(staging / name, target)
+                _replace_keeping_mode(staging / name, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    with _replacing(pte) as temporary, open(temporary, "wb") as file:
+    with _replacing(pte) as file:
         program.write_to_file(file)
     return (pte, *targets)

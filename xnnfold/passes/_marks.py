@@ -1,9 +1,11 @@
-"""What the partitioner leaves on a GEMM node: the one fold mark and the one reason.
+"""What the partitioner leaves on a node: the one fold mark and the one reason.
 
 executorch hands XNNPACK preprocess the delegate's program and nothing else, so what the
-partitioner decided for a GEMM reaches the fold pass inside it only on the node
-(`FoldMark`, under `FOLD_META_KEY`): one frozen value, validated when it is built, as
-torchao's pt2e quantizer writes one annotation per node. Why a GEMM stays outside a
+partitioner decided for a node reaches preprocess only on the node, under `FOLD_META_KEY`:
+one frozen value, validated when it is built, as torchao's pt2e quantizer writes one
+annotation per node. On a GEMM it is a `FoldMark` (what the fold pass folds); on a tanh
+GELU that the installed serializer would write as exact GELU, a `TanhGeluMark` (the GELU
+pass writes it as the tanh formula). Why a GEMM stays outside a
 delegate, or takes its weight at run time, is read back by `explain` from the lowered
 program (`GemmReason`, under `REASON_META_KEY`). Each has one writer, the partitioner,
 after its final matching round (`passes/partition/_outcome.py`); nothing in partitioning
@@ -20,7 +22,15 @@ from torch.fx import Node
 from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
 from xnnfold.passes._options import FoldOptions
 
-__all__ = ["FoldMark", "GemmReason", "FoldGrowth", "fold_mark_of", "reason_of"]
+__all__ = [
+    "FoldMark",
+    "GemmReason",
+    "FoldGrowth",
+    "TanhGeluMark",
+    "fold_mark_of",
+    "reason_of",
+    "tanh_gelu_mark_of",
+]
 
 # (argument index, bytes its fold adds to the program, the name of the group of folds
 # that share its sources): a fold that grows the program (docs/growth-budget.md).
@@ -112,6 +122,14 @@ class FoldMark:
 
 
 @dataclass(frozen=True)
+class TanhGeluMark:
+    """On a delegated ``gelu(approximate="tanh")``: preprocess computes it as the tanh
+    formula from nodes the serializer writes exactly (`ExactTanhGeluPass`), since the
+    installed serializer would write it as exact GELU. Carries nothing: the formula is
+    fixed, and the GELU's own arguments say the rest."""
+
+
+@dataclass(frozen=True)
 class GemmReason:
     """Why a GEMM stays outside every delegate, or why a delegated GEMM's computed
     weight is taken at run time instead of folded.
@@ -137,6 +155,12 @@ def fold_mark_of(node: Node) -> Optional[FoldMark]:
     """``node``'s fold mark, or None (a value of another type under the key is none)."""
     mark = node.meta.get(FOLD_META_KEY)
     return mark if isinstance(mark, FoldMark) else None
+
+
+def tanh_gelu_mark_of(node: Node) -> Optional[TanhGeluMark]:
+    """``node``'s tanh GELU mark, or None."""
+    mark = node.meta.get(FOLD_META_KEY)
+    return mark if isinstance(mark, TanhGeluMark) else None
 
 
 def reason_of(node: Node) -> Optional[GemmReason]:

@@ -191,7 +191,7 @@ GEMM_ARGS: Final[dict[object, tuple[int, ...]]] = {
 # none of the kept ones, no kept op can appear during decomposition, so the partitioner's
 # per-node filter has nothing new to judge (see `_decompositions.filter_is_redundant`).
 # Shape arithmetic (`sym_size`, operators on SymInts) is left out: no partitioner keeps it.
-# tests/partition/test_decompositions.py traces each key against the installed torch.
+# tests/passes/partition/test_decompositions.py traces each key against the installed torch.
 _CONVOLUTION: Final = frozenset({aten.convolution.default})
 _MV: Final = frozenset({aten.mul.Tensor, aten.sum.dim_IntList})
 _SUM: Final = frozenset({aten.sum.dim_IntList})

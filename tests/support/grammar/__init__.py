@@ -17,7 +17,7 @@ dynamic shapes. A weight or bias is an expression tree (`Expr`) over named sourc
 eager, and the stock partitioner with what xnnfold produces.
 
 Nothing here lowers or prints: the oracles live in ``tests/end_to_end/test_differential.py`` and
-``benchmarks/differential_campaign.py``.
+``benchmarks/correctness/differential_campaign.py``.
 
 The modules, one concern each: `_constants` (the grammar's constants and `GenOptions`),
 `_description` (the dataclasses), `_walk` (walking descriptions), `_evaluate` (evaluation

@@ -6,7 +6,7 @@ argument folds: `decide`, the decision ladder (`_verdict`), which applies the pr
 cannot disagree. Beside it: the per-argument rules XNNPACK's GEMMs impose
 (`_arguments`), the growth budget's per-method ledger (`_growth`), and the small node
 helpers and analysis caches they are built on. This package imports none of the stages
-(`tests/install/test_passes_layers.py`), and only it calls the predicate.
+(`tests/architecture/test_passes_layers.py`), and only it calls the predicate.
 """
 
 from xnnfold.passes.analysis._arguments import (
@@ -27,8 +27,8 @@ from xnnfold.passes.analysis._constants import (
     is_constant_source,
     stored_constants,
 )
+from xnnfold.passes.analysis._growth import growth_of, noted_growth, program_bytes
 from xnnfold.passes.analysis._growth import node_bytes as value_bytes
-from xnnfold.passes.analysis._growth import noted_growth
 from xnnfold.passes.analysis._nodes import (
     arg_role,
     constant_fqns,
@@ -43,12 +43,11 @@ from xnnfold.passes.analysis._nodes import (
 from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation
 from xnnfold.passes.analysis._structure import computation_key
-from xnnfold.passes.analysis._tied import (
+from xnnfold.passes.analysis._tied_tables import (
     find_tied_tables,
     read_only_as_linear_weight,
     table_uses,
     TableUses,
-    tied_across_methods,
     TiedTable,
     TiedTables,
     UntiedTable,
@@ -96,6 +95,7 @@ __all__ = [
     "find_tied_tables",
     "find_weight_computation",
     "gemm_positions",
+    "growth_of",
     "input_dependent",
     "is_constant_node",
     "is_constant_source",
@@ -106,12 +106,12 @@ __all__ = [
     "noted_growth",
     "op_overload",
     "permuted_weight_problem",
+    "program_bytes",
     "read_only_as_linear_weight",
     "shared_kernel_problem",
     "site_of",
     "stored_constants",
     "table_uses",
-    "tied_across_methods",
     "value_bytes",
     "written_elsewhere",
 ]

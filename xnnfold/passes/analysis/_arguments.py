@@ -24,7 +24,8 @@ from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold._meta import VAL_META_KEY
-from xnnfold.passes._codes import (
+from xnnfold.passes._ops import CONVOLUTION_TARGETS, EDGE_PERMUTE, EDGE_TRANSPOSES
+from xnnfold.passes._reason_codes import (
     ADDMM_BIAS_SHAPE,
     ADDMM_SCALES,
     OUTPUT_PADDING,
@@ -32,7 +33,6 @@ from xnnfold.passes._codes import (
     Problem,
     SHARED_KERNEL,
 )
-from xnnfold.passes._ops import CONVOLUTION_TARGETS, EDGE_PERMUTE, EDGE_TRANSPOSES
 
 __all__ = [
     "ADDMM_BIAS",

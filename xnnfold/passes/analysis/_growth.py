@@ -34,9 +34,9 @@ from torch.fx.experimental.symbolic_shapes import free_symbols
 
 from xnnfold._meta import VAL_META_KEY
 from xnnfold._upstream import aten_op_of, EdgeOpOverload, OpOverload, schema_of
-from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._ops import FULLY_CONNECTED_WEIGHT
 from xnnfold.passes._options import GrowthBudget, NO_GROWTH
+from xnnfold.passes._reason_codes import BEYOND_BUDGET
 from xnnfold.passes.analysis._arguments import addmm_scales
 from xnnfold.passes.analysis._nodes import constant_tensor
 from xnnfold.passes.analysis._results import Growth, Rejection, WeightComputation

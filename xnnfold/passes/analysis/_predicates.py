@@ -15,10 +15,10 @@ from typing import Optional, Union
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._codes import EXTERNAL_DATA, RUN_TIME, TOO_MANY_NODES
+from xnnfold.passes._graph_walk import post_order
 from xnnfold.passes._ops import GEMM_ARGS
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._walk import post_order
+from xnnfold.passes._reason_codes import EXTERNAL_DATA, RUN_TIME, TOO_MANY_NODES
 from xnnfold.passes.analysis._cache import AnalysisCache, ConstantMap, own_cache
 from xnnfold.passes.analysis._constants import constant_map, op_problem, weight_only_of
 from xnnfold.passes.analysis._growth import (
@@ -47,7 +47,7 @@ def find_weight_computation(
     non_folding: frozenset[str] = frozenset(),
     sharing: bool = True,
     cache: Optional[AnalysisCache] = None,
-    _budgeted: bool = True,
+    budgeted: bool = True,
 ) -> Union[WeightComputation, Rejection, None]:
     """Find the computation behind ``gemm.args[arg_index]`` and check it can be folded.
 
@@ -70,7 +70,8 @@ def find_weight_computation(
             readers need staying beside the folded value.
         cache: where the sweeps of ``ep``'s graph are kept (the caller's
             `AnalysisCache`); by default, one for this call.
-        _budgeted: False (the growth ledger measuring) declines every growing fold.
+        budgeted: False (the growth ledger measuring, or a survey of what folds would
+            grow) declines every growing fold, the `Growth` it would add attached.
 
     Returns:
         None when the argument is absent or already a parameter (nothing to fold), a
@@ -107,7 +108,7 @@ def find_weight_computation(
             members=members,
             nodes=nodes,
             site=site,
-            budgeted=_budgeted,
+            budgeted=budgeted,
         )
         if rejection is not None:
             return rejection
@@ -260,7 +261,7 @@ def _ledger(query: SharingQuery, ledgers: dict[object, Ledger]) -> Ledger:
                         options=options,
                         stored_elsewhere=stored_elsewhere,
                         cache=query.cache,
-                        _budgeted=False,
+                        budgeted=False,
                     )
                 )
                 if growth is not None:

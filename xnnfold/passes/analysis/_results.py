@@ -7,7 +7,7 @@ from typing import Optional
 
 from torch.fx import Node
 
-from xnnfold.passes._codes import ReasonCode
+from xnnfold.passes._reason_codes import ReasonCode
 
 __all__ = ["Argument", "Growth", "Rejection", "WeightComputation"]
 

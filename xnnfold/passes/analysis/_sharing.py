@@ -15,9 +15,9 @@ from typing import Optional, Union
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._codes import OTHER_READER
+from xnnfold.passes._graph_walk import walk
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._walk import walk
+from xnnfold.passes._reason_codes import OTHER_READER
 from xnnfold.passes.analysis._cache import AnalysisCache, ConstantMap
 from xnnfold.passes.analysis._nodes import readers, used_as_gemm_weight
 from xnnfold.passes.analysis._results import Argument, Rejection

@@ -9,13 +9,13 @@ from typing import Optional, Union
 from torch.fx import Node
 
 from xnnfold._meta import VAL_META_KEY
-from xnnfold.passes._codes import (
+from xnnfold.passes._ops import FILL_OPS
+from xnnfold.passes._reason_codes import (
     DYNAMIC_SHAPE,
     GROWS_PROGRAM,
     SHARED_NOT_FOLDED,
     SHARED_TOO_WIDE,
 )
-from xnnfold.passes._ops import FILL_OPS
 from xnnfold.passes.analysis._growth import Growth, node_bytes
 from xnnfold.passes.analysis._nodes import op_overload, used_as_gemm_weight
 from xnnfold.passes.analysis._results import Argument, Rejection

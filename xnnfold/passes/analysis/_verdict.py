@@ -22,7 +22,10 @@ inside each delegate. They all call `decide`, and nothing else decides: "delegat
 
 The verdict is one of three: fold the computation, delegate the GEMM with the argument
 computed at run time (XNNPACK's fully-connected op takes an fp32 weight as an input), or
-decline, each with the `Rejection` and its code where it is not a fold.
+decline, each with the `Rejection` and its code where it is not a fold. A weight is taken
+at run time when it is computed from constants and declined for the program's size, or
+when it is a per-sample weight (`per_sample_weight`: a parameter transformed with the
+inputs, XNF501), which nothing can fold and XNNPACK computes as eager does.
 """
 
 from __future__ import annotations
@@ -32,13 +35,18 @@ import functools
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Optional, Union
 
+import torch
 from torch.export import ExportedProgram
 from torch.fx import Node
+from torch.fx.experimental.symbolic_shapes import free_symbols
 
-from xnnfold.passes._codes import BEYOND_BUDGET, WRITTEN_ELSEWHERE
+from xnnfold._meta import VAL_META_KEY
+from xnnfold.passes._graph_walk import walk
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._reason_codes import BEYOND_BUDGET, RUN_TIME, WRITTEN_ELSEWHERE
 from xnnfold.passes.analysis._cache import AnalysisCache, own_cache
 from xnnfold.passes.analysis._growth import gemm_op_name, has_run_time_weight_form
+from xnnfold.passes.analysis._nodes import is_gemm
 from xnnfold.passes.analysis._predicates import find_weight_computation
 from xnnfold.passes.analysis._results import Rejection, WeightComputation
 
@@ -51,6 +59,7 @@ __all__ = [
     "Stage",
     "Verdict",
     "decide",
+    "per_sample_weight",
     "written_elsewhere",
 ]
 
@@ -229,7 +238,7 @@ def decide(
                 # the shared sources are stored beside the folded value.
                 result, stored_twice = isolated, True
     result = written_elsewhere(result, ep, facts.written_buffers) or result
-    return _verdict_on(gemm, result, isolated=isolated, stored_twice=stored_twice)
+    return _verdict_on(gemm, ep, result, isolated=isolated, stored_twice=stored_twice)
 
 
 def _as_delegated(rejection: Rejection, find: _Find) -> Union[WeightComputation, Rejection]:
@@ -253,26 +262,70 @@ def _as_delegated(rejection: Rejection, find: _Find) -> Union[WeightComputation,
 
 def _verdict_on(
     gemm: Node,
+    ep: ExportedProgram,
     result: Union[WeightComputation, Rejection, None],
     *,
     isolated: Union[WeightComputation, Rejection, None],
     stored_twice: bool,
 ) -> Optional[Verdict]:
     """The verdict the ladder's final ``result`` gives: a fold, or for a rejection the
-    run-time weight where XNNPACK has that form (`has_run_time_weight_form`), else a
-    decline; ``isolated`` is kept as what would be correct alone."""
+    run-time weight where XNNPACK has that form (`has_run_time_weight_form`) and the
+    weight is computed from constants or is a per-sample weight (`per_sample_weight`),
+    else a decline; ``isolated`` is kept as what would be correct alone."""
     if result is None:
         return None
     if isinstance(result, WeightComputation):
         return Verdict(Decision.FOLD, computation=result, stored_twice=stored_twice)
     correct_alone = isolated if isinstance(isolated, WeightComputation) else None
     if (
-        result.computed_from_constants
-        and not result.keep_stock
+        not result.keep_stock
         and has_run_time_weight_form(gemm, op_name=gemm_op_name(gemm.target), role=result.role)
+        and (result.computed_from_constants or per_sample_weight(result, ep))
     ):
         return Verdict(Decision.RUN_TIME, rejection=result, correct_alone=correct_alone)
     return Verdict(Decision.DECLINE, rejection=result, correct_alone=correct_alone)
+
+
+def per_sample_weight(rejection: Rejection, ep: ExportedProgram) -> bool:
+    """Whether ``rejection`` declines a per-sample weight: a matrix computed at run time
+    (XNF501) from the program's inputs and from a parameter it reaches without passing
+    through another GEMM, such as ``F.linear(x, self.v * s)`` with ``s`` an input.
+
+    Nothing folds such a weight, and XNNPACK's fully-connected op reads it as an input
+    and computes what eager computes (linear, addmm, mm; with and without a bias),
+    faster than the portable GEMM the stock partitioner leaves it on. The rest keep the
+    stock decision, so a program without computed weights is partitioned as stock
+    partitions it: an operand that reaches parameters only through the GEMM that
+    produced it (attention's ``k.t()``) or reads none (``F.linear(x, w)``, ``w`` an
+    input), and a weight that reads no input (computed with a random op, a buffer the
+    program writes, a ``cond``). A shape that depends on the inputs is not one XNNPACK
+    was checked on, and stays on portable too.
+    """
+    if rejection.code is not RUN_TIME or rejection.computed_from_constants:
+        return False
+    root = rejection.gemm.args[rejection.arg_index]
+    if not isinstance(root, Node):
+        return False
+    val = root.meta.get(VAL_META_KEY)
+    if not isinstance(val, torch.Tensor) or val.dim() != 2 or free_symbols(val):
+        return False
+    signature = ep.graph_signature
+    parameters = signature.inputs_to_parameters
+    user_inputs = set(signature.user_inputs)
+
+    def up_to_gemms(node: Node) -> list[Node]:
+        if node.op == "placeholder" or (node is not root and is_gemm(node)):
+            return []
+        return node.all_input_nodes
+
+    def inputs(node: Node) -> list[Node]:
+        return node.all_input_nodes
+
+    return any(
+        node.op == "placeholder" and node.name in parameters for node in walk([root], up_to_gemms)
+    ) and any(
+        node.op == "placeholder" and node.name in user_inputs for node in walk([root], inputs)
+    )
 
 
 def _holds_kept_ops(

@@ -30,6 +30,7 @@ from executorch.exir.backend.backend_details import CompileSpec, PreprocessResul
 from torch.export import ExportedProgram
 
 from xnnfold.passes.fold._pass import FoldComputedWeightsPass, has_fold_marks
+from xnnfold.passes.fold._tanh_gelu import ExactTanhGeluPass
 
 __all__ = [
     "install_preprocess_hook",
@@ -88,6 +89,7 @@ def _make_wrapper(
         if not has_fold_marks(edge_program):
             return original(edge_program, compile_specs)
         FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
+        ExactTanhGeluPass(edge_program)(edge_program.graph_module)
         result = original(edge_program, compile_specs)
         # Its constants are serialized into the result: executorch keeps every copy
         # until the last delegate is preprocessed, so the folded weights would sit

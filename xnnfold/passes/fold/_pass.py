@@ -17,7 +17,6 @@ marks is left untouched, so a second run reports ``modified=False``.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Optional
 
 import torch
@@ -27,9 +26,8 @@ from torch.fx import GraphModule, Node
 
 from xnnfold._meta import FOLD_META_KEY, VAL_META_KEY
 from xnnfold._upstream import exir_ops, XNNPACKPass
-from xnnfold.passes._marks import fold_mark_of, FoldMark
+from xnnfold.passes._marks import fold_mark_of, FoldMark, tanh_gelu_mark_of
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
-from xnnfold.passes._options import FoldOptions
 from xnnfold.passes.analysis import (
     AnalysisCache,
     computation_key,
@@ -50,8 +48,12 @@ _SCALE_KWARGS = frozenset({"beta", "alpha"})
 
 
 def has_fold_marks(ep: ExportedProgram) -> bool:
-    """True when some GEMM of ``ep`` was marked for folding by the partitioner."""
-    return any(fold_mark_of(node) is not None for node in ep.graph.nodes)
+    """True when the partitioner left a mark for preprocess on some node of ``ep``: a
+    GEMM's `FoldMark`, or a tanh GELU's `TanhGeluMark`."""
+    return any(
+        fold_mark_of(node) is not None or tanh_gelu_mark_of(node) is not None
+        for node in ep.graph.nodes
+    )
 
 
 def _outermost_first(computations: list[WeightComputation]) -> list[WeightComputation]:
@@ -143,26 +145,12 @@ class FoldComputedWeightsPass(XNNPACKPass):
 
     Idempotent: folded arguments are parameters, which the predicate no longer reports,
     and the marks acted on are dropped. Leaves alone every GEMM without the partitioner's
-    mark and every node that is not part of a folded computation.
-
-    ``options`` is accepted for compatibility and has no effect: every mark carries the
+    mark and every node that is not part of a folded computation. Every mark carries the
     `FoldOptions` the partitioner decided with, and the pass re-checks with those.
     """
 
-    def __init__(
-        self,
-        exported_program: ExportedProgram,
-        *,
-        options: Optional[FoldOptions] = None,
-    ) -> None:
+    def __init__(self, exported_program: ExportedProgram) -> None:
         super().__init__(exported_program)
-        if options is not None:
-            warnings.warn(
-                "FoldComputedWeightsPass(options=...) has no effect: each fold mark carries "
-                "the FoldOptions the partitioner decided with; leave the keyword out",
-                DeprecationWarning,
-                stacklevel=2,
-            )
 
     def _computations(
         self, marked: dict[Node, FoldMark], cache: AnalysisCache

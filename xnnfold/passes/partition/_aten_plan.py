@@ -25,7 +25,6 @@ from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 
 from xnnfold._meta import VAL_META_KEY
 from xnnfold._upstream import OpOverload, schema_of
-from xnnfold.passes._codes import Problem
 from xnnfold.passes._ops import (
     ATEN_GEMM_ARGS,
     CONVOLUTION_TARGETS,
@@ -33,6 +32,7 @@ from xnnfold.passes._ops import (
     PRESERVE_BLOCKLIST,
 )
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._reason_codes import Problem
 from xnnfold.passes.analysis import (
     addmm_problem,
     AnalysisCache,

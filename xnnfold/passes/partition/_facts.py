@@ -12,7 +12,7 @@ partitioner, so what one method does is known only through an object all of them
 The object serves one lowering at a time. It relies on the order in which
 `to_edge_transform_and_lower` calls partitioners: it asks every method's partitioners for
 ``ops_to_not_decompose`` on the method's ATen program before it partitions any method
-(``tests/partition/test_call_order.py`` fails on a release that stops doing so). So each
+(``tests/passes/partition/test_call_order.py`` fails on a release that stops doing so). So each
 ATen question adds its method's facts (`note_method`, `note_tables`), and by partition
 time every method's facts are in; after lowering, executorch asks again on each edge
 program (dialect ``EDGE``), which adds nothing. A question after a partition starts the
@@ -85,6 +85,7 @@ class CrossMethodFacts:
         self._by_id: dict[int, ConstantFact] = {}
         self._partitioning = False
         self._methods: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+        self._by_inputs: dict[int, tuple[object, int]] = {}
         self._next_method = 0
         self._asked = False
 
@@ -123,20 +124,45 @@ class CrossMethodFacts:
         (`table_uses`), ``tensors`` by FQN. After a partition, start the next lowering
         first.
 
-        executorch may ask about one program more than once: the method is told by the
-        program object, not by the call.
+        executorch may ask about one method more than once, and about a copy of its
+        program it decomposed (`_method_of`): the method is told by the program, not by
+        the call.
         """
         self._start_lowering_if_done()
-        method = self._methods.get(program)
-        if method is None:
-            # Counted, not the dict's length: an earlier method's program may be gone.
-            method = self._methods[program] = self._next_method
-            self._next_method += 1
+        method = self._method_of(program)
         for fqn, tensor in tensors.items():
             if fqn in uses.as_linear_weight:
                 self._fact(tensor).weight_readers.add(method)
             if fqn in uses.looked_up:
                 self._fact(tensor).lookup_readers.add(method)
+
+    def _method_of(self, program: object) -> int:
+        """The number of the method whose ATen program is ``program``.
+
+        executorch asks about a method's program, and where the partitioner gives a
+        per-node filter, again about the program it decomposed from it: a new program
+        object holding the same tensors. Counted as a second method, every linear weight
+        would read as tied across methods and be written to a `.ptd`. torch's
+        ``run_decompositions`` passes the program's example inputs on, and each
+        ``torch.export`` call makes its own, so a program whose example inputs an earlier
+        program of this lowering had is that program's method.
+        """
+        method = self._methods.get(program)
+        if method is not None:
+            return method
+        inputs = getattr(program, "example_inputs", None)
+        derived = self._by_inputs.get(id(inputs)) if inputs is not None else None
+        if derived is not None and derived[0] is inputs:
+            method = derived[1]
+        else:
+            # Counted, not the dict's length: an earlier method's program may be gone.
+            method = self._next_method
+            self._next_method += 1
+            if inputs is not None:
+                # Held (not copied) until the next lowering starts, so its id stays its.
+                self._by_inputs[id(inputs)] = (inputs, method)
+        self._methods[program] = method
+        return method
 
     def start_partitioning(self) -> None:
         """A method of this lowering partitions: every method's facts are in."""
@@ -173,6 +199,7 @@ class CrossMethodFacts:
         if self._partitioning:
             self._by_id.clear()
             self._methods.clear()
+            self._by_inputs.clear()
             self._next_method = 0
             self._partitioning = False
 

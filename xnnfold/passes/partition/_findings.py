@@ -16,7 +16,7 @@ from typing import Any, Mapping, Optional
 
 from torch.fx import Node
 
-from xnnfold.passes._codes import Problem
+from xnnfold.passes._reason_codes import Problem
 from xnnfold.passes.analysis import Rejection, WeightComputation
 
 __all__ = ["Findings", "FindingsRecord", "NO_FINDINGS"]

@@ -30,9 +30,9 @@ from executorch.exir.backend.utils import WhyNoPartition
 from torch.export import ExportedProgram
 from torch.fx import Node
 
-from xnnfold.passes._codes import Problem, WRITTEN_BUFFER
 from xnnfold.passes._ops import FULLY_CONNECTED_WEIGHT
 from xnnfold.passes._options import FoldOptions
+from xnnfold.passes._reason_codes import Problem, WRITTEN_BUFFER
 from xnnfold.passes.analysis import (
     AnalysisCache,
     decide,

@@ -24,7 +24,7 @@ from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
 
 from xnnfold._meta import DELEGATION_TAG_META_KEY
-from xnnfold.passes._walk import walk
+from xnnfold.passes._graph_walk import walk
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.partition._pass_through import without_pass_through
 from xnnfold.passes.partition._rank import within_xnnpack_rank

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import itertools
 import logging
+from types import MappingProxyType
 from typing import AbstractSet, Final, Mapping, Optional, Sequence
 
 from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import FOLD_META_KEY, REASON_META_KEY
-from xnnfold.passes._codes import BEYOND_BUDGET, Problem, ReasonCode, STOCK
-from xnnfold.passes._marks import FoldMark, GemmReason
+from xnnfold.passes._graph_walk import walk
+from xnnfold.passes._marks import FoldMark, GemmReason, TanhGeluMark
 from xnnfold.passes._ops import EDGE_GEMM_ARGS, QUANTIZATION_NAMESPACES
 from xnnfold.passes._options import FoldOptions
-from xnnfold.passes._walk import walk
+from xnnfold.passes._reason_codes import BEYOND_BUDGET, Problem, ReasonCode, STOCK
 from xnnfold.passes.analysis import is_gemm, op_overload, Rejection, UntiedTable
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.report._reasons import module_path, reads_parameters
@@ -39,6 +40,7 @@ __all__ = [
 # The logger of every warning the partitioner gives, wherever it is written: the name
 # users configure and filter by, which stays when the modules behind it move.
 PARTITIONER_LOGGER: Final = "xnnfold.passes.partition._partitioner"
+NO_OP_PROBLEMS: Final[Mapping[str, Problem]] = MappingProxyType({})
 logger = logging.getLogger(PARTITIONER_LOGGER)
 
 
@@ -60,17 +62,26 @@ def fold_mark(name: str, findings: Findings, options: FoldOptions) -> Optional[F
 
 
 def write_fold_marks(
-    ep: ExportedProgram, findings: Findings, options: FoldOptions, delegated: AbstractSet[str]
+    ep: ExportedProgram,
+    findings: Findings,
+    options: FoldOptions,
+    delegated: AbstractSet[str],
+    *,
+    tanh_gelus: AbstractSet[str] = frozenset(),
 ) -> None:
     """Write the fold mark (`fold_mark`) onto each GEMM of ``delegated`` (the partitioned
     nodes, by name) with something to fold, for the fold pass inside its delegate and
-    `explain`; a mark a node carries from before (copied metadata) goes first. Warns once
-    per argument folded although its sources stay in the program for another reader."""
+    `explain`, and a `TanhGeluMark` onto each of ``tanh_gelus`` (delegated tanh GELUs the
+    installed serializer would write as exact GELU); a mark a node carries from before
+    (copied metadata) goes first. Warns once per argument folded although its sources
+    stay in the program for another reader."""
     for node in ep.graph.nodes:
         node.meta.pop(FOLD_META_KEY, None)
         mark = fold_mark(node.name, findings, options) if node.name in delegated else None
         if mark is not None:
             node.meta[FOLD_META_KEY] = mark
+        elif node.name in tanh_gelus and node.name in delegated:
+            node.meta[FOLD_META_KEY] = TanhGeluMark()
     for gemm, index, role in sorted(findings.stored_twice):
         if index in findings.folds.get(gemm, {}):
             logger.warning(
@@ -148,6 +159,7 @@ def record_reasons(
     stock_reasons: Mapping[str, str],
     findings: Findings,
     untied: Sequence[UntiedTable] = (),
+    op_problems: Mapping[str, Problem] = NO_OP_PROBLEMS,
 ) -> None:
     """Write onto each GEMM outside a delegate, or delegated with a weight taken at run
     time, why (`gemm_reason`), for `explain`: the one writer of reasons. A reason a node
@@ -160,6 +172,8 @@ def record_reasons(
         findings: what the final matching round found.
         untied: the tables a delegated linear and an op outside it both read, each
             stored twice (`find_tied_tables`, with ``tie_tables``).
+        op_problems: the other ops left outside for an argument XNNPACK computes
+            differently from eager, by name (`argument_declines`, which warns).
     """
     declined: dict[str, Rejection] = {}
     for (gemm, _), rejection in findings.rejections.items():
@@ -169,6 +183,9 @@ def record_reasons(
         tables.setdefault(table.gemm, table)
     for node in ep.graph.nodes:
         node.meta.pop(REASON_META_KEY, None)
+        if node.name in op_problems:
+            problem = op_problems[node.name]
+            node.meta[REASON_META_KEY] = GemmReason(str(problem), problem.code.code)
         if not is_gemm(node):
             continue
         inside = node.name in delegated

@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 import weakref
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
 from executorch.backends.xnnpack.partition.config.xnnpack_config import (
@@ -60,10 +60,12 @@ from xnnfold.passes.analysis import (
     TiedTables,
 )
 from xnnfold.passes.fold._hook import install_preprocess_hook
+from xnnfold.passes.fold._tanh_gelu import delegated_tanh_gelus
+from xnnfold.passes.partition._argument_checks import argument_declines, checked_configs
 from xnnfold.passes.partition._asked import AskedConstants
 from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
 from xnnfold.passes.partition._aten_stage import note_method, ops_to_keep
-from xnnfold.passes.partition._configs import check_replacements, FOLDING_GEMM_CONFIGS
+from xnnfold.passes.partition._configs import check_replacements, folding_configs
 from xnnfold.passes.partition._decompositions import kept_for_folds
 from xnnfold.passes.partition._facts import CrossMethodFacts, facts_for_new_partitioner
 from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
@@ -76,10 +78,10 @@ from xnnfold.passes.partition._outcome import (
     record_reasons,
     write_fold_marks,
 )
-from xnnfold.passes.partition._tied import tag_tied_tables
+from xnnfold.passes.partition._tied_tagging import tag_tied_tables
 from xnnfold.passes.report._reasons import collect_why_reasons
 
-__all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
+__all__ = ["XnnpackFoldingPartitioner"]
 
 # What executorch's `ExportedProgram.dialect` says of the programs it asks about before
 # decomposition (after lowering it asks again, about "EDGE" programs).
@@ -90,13 +92,6 @@ logger = logging.getLogger(PARTITIONER_LOGGER)
 # The config keywords of the stock partitioner that this one reads too.
 FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"
 ENABLE_BF16_OPTION = "enable_bf16"
-
-
-def folding_configs(
-    configs: Sequence[type[XNNPartitionerConfig]],
-) -> list[type[XNNPartitionerConfig]]:
-    """``configs`` with each stock GEMM config replaced by its folding version."""
-    return [FOLDING_GEMM_CONFIGS.get(config, config) for config in configs]
 
 
 class XnnpackFoldingPartitioner(XnnpackPartitioner):
@@ -191,7 +186,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         except (TypeError, ValueError) as error:
             raise type(error)(f"XnnpackFoldingPartitioner: {error}") from None
         super().__init__(
-            folding_configs(configs or ALL_PARTITIONER_CONFIGS),
+            checked_configs(folding_configs(configs or ALL_PARTITIONER_CONFIGS)),
             config_precisions,
             per_op_mode,
             verbose,
@@ -245,11 +240,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         return self._facts
 
     def _start_stage(self) -> None:
-        """Start the caches of one of executorch's calls: the program may have been
-        edited since the last (executorch rewrites a program it asked about), so nothing
-        swept before is read. The configs a call builds keep its caches: the filter
-        executorch calls after `ops_to_not_decompose` returned judges the program as it
-        was asked about."""
+        """Fresh caches for each executorch call (the program may have been edited)."""
         self._serve_this_thread()
         self._plans = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
@@ -377,10 +368,11 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         result = tag_partitions(exported_program, partitions, self.delegation_spec)
         delegated = frozenset(node.name for partition in partitions for node in partition.nodes)
         self._findings = findings
-        write_fold_marks(exported_program, findings, self.options, delegated)
+        tanh_gelus = delegated_tanh_gelus(exported_program, delegated)
+        write_fold_marks(exported_program, findings, self.options, delegated, tanh_gelus=tanh_gelus)
+        if (self.fold and (findings.folds or findings.scales)) or tanh_gelus:
+            install_preprocess_hook()
         if self.fold:
-            if findings.folds or findings.scales:
-                install_preprocess_hook()
             check_preserved_were_delegated(
                 exported_program, kept, delegated, program_facts.written_buffers, self.options
             )
@@ -397,6 +389,9 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
             stock_reasons=stock_reasons,
             findings=findings,
             untied=tables.untied,
+            op_problems=argument_declines(
+                exported_program, self.target_partitioner_configs, delegated
+            ),
         )
         if self.tie_tables:
             tag_tied_tables(exported_program, tables)

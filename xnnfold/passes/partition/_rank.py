@@ -25,7 +25,7 @@ from executorch.backends.xnnpack.utils.xnnpack_constants import XNN_MAX_TENSOR_D
 from torch.fx import Node
 
 from xnnfold._meta import VAL_META_KEY
-from xnnfold.passes._walk import walk
+from xnnfold.passes._graph_walk import walk
 
 __all__ = ["XNN_MAX_TENSOR_DIMS", "over_rank", "within_xnnpack_rank"]
 

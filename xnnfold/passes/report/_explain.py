@@ -7,7 +7,8 @@ weight or bias was folded there, the module that called it, and, for one left ou
 reason the partitioner recorded. It reads the two values the partitioner leaves on a GEMM
 (`passes/_marks.py`): its `FoldMark` (what was folded, and the growth it added) and its
 `GemmReason` (why not, and for the growth budget's decline what folding would have
-added).
+added). It also lists each tanh GELU computed exactly inside a delegate where the stock
+serializer would compute exact GELU (its `TanhGeluMark`).
 """
 
 from __future__ import annotations
@@ -21,15 +22,24 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._upstream import schema_of
-from xnnfold.passes._codes import BEYOND_BUDGET
 from xnnfold.passes._marks import fold_mark_of, FoldGrowth, reason_of
 from xnnfold.passes._ops import GEMM_ARGS_BY_NAME
+from xnnfold.passes._reason_codes import BEYOND_BUDGET
 from xnnfold.passes.analysis import arg_role, op_overload, site_of
+from xnnfold.passes.report._op_rows import exact_gelu_rows, ExactGeluRow, op_rows, OpRow
 from xnnfold.passes.report._programs import methods, Program
 from xnnfold.passes.report._reasons import module_path
-from xnnfold.passes.report._tied import SharedTable, table_copies, TableStoredTwice
+from xnnfold.passes.report._tied_storage import SharedTable, table_copies, TableStoredTwice
 
-__all__ = ["ExplainReport", "GemmRow", "SharedTable", "TableStoredTwice", "explain"]
+__all__ = [
+    "ExactGeluRow",
+    "ExplainReport",
+    "GemmRow",
+    "OpRow",
+    "SharedTable",
+    "TableStoredTwice",
+    "explain",
+]
 
 
 _NO_REASON = "no reason recorded: lowered without XnnpackFoldingPartitioner"
@@ -79,8 +89,11 @@ class GemmRow:
 class ExplainReport:
     """Every GEMM of a lowered program; ``str(report)`` is a printable table.
 
-    ``shared`` lists the tied tables the program stores once (`SharedTable`: a constant a
-    delegated linear takes as its weight and the program also reads, in one ``.ptd``);
+    ``exact_gelus`` lists the tanh GELUs computed exactly inside a delegate
+    (`ExactGeluRow`), ``ops`` the ops other than GEMMs left on portable because XNNPACK
+    would compute their arguments unlike eager (`OpRow`). ``shared`` lists the tied tables
+    the program stores once (`SharedTable`: a constant a delegated linear takes as its
+    weight and the program also reads, in one ``.ptd``);
     ``stored_twice`` those it stores twice, in the program and in a delegate
     (`TableStoredTwice`), which ``tie_tables=True`` would store once.
     """
@@ -88,6 +101,8 @@ class ExplainReport:
     rows: tuple[GemmRow, ...]
     shared: tuple[SharedTable, ...] = ()
     stored_twice: tuple[TableStoredTwice, ...] = ()
+    exact_gelus: tuple[ExactGeluRow, ...] = ()
+    ops: tuple[OpRow, ...] = ()
 
     @property
     def bytes_saved(self) -> int:
@@ -160,6 +175,17 @@ class ExplainReport:
                 f"tied table {twice.fqn} ({twice.method}): stored twice, for the program and "
                 f"for a delegate; tie_tables=True stores it once, saving {twice.nbytes:,} "
                 "bytes, in a .ptd the .pte then loads with (docs/tied-tables.md)"
+            )
+        if self.exact_gelus:
+            out.append(
+                f"{len(self.exact_gelus)} tanh GELUs computed as tanh GELU inside the "
+                "delegates: the installed XNNPACK serializer writes gelu(approximate='tanh') "
+                "as exact GELU (docs/limits.md)"
+            )
+        for op in self.ops:
+            out.append(
+                f"{op.op} '{op.node}' in module '{op.module}' ({op.method}): on portable, "
+                f"{op.code}: {op.reason}"
             )
         beyond = sum(r.code == BEYOND_BUDGET.code for r in self.rows)
         if grows:
@@ -291,7 +317,8 @@ def _rows(method: str, ep: ExportedProgram) -> Iterator[GemmRow]:
 
 
 def explain(program: Program) -> ExplainReport:
-    """List every GEMM of a lowered program: delegated or not, folded or not, and why.
+    """List every GEMM of a lowered program: delegated or not, folded or not, and why;
+    and each other op left on portable for an argument XNNPACK computes differently.
 
     Args:
         program: the result of ``to_edge_transform_and_lower`` (or its
@@ -307,6 +334,12 @@ def explain(program: Program) -> ExplainReport:
             "to_edge_transform_and_lower (or its to_executorch() result, or an "
             f"ExportedProgram), got {type(program).__name__}"
         )
-    rows = [row for method, ep in methods(program) for row in _rows(method, ep)]
+    programs = list(methods(program))
     copies = table_copies(program)
-    return ExplainReport(tuple(rows), copies.shared, copies.stored_twice)
+    return ExplainReport(
+        tuple(row for method, ep in programs for row in _rows(method, ep)),
+        copies.shared,
+        copies.stored_twice,
+        tuple(row for method, ep in programs for row in exact_gelu_rows(method, ep)),
+        tuple(row for method, ep in programs for row in op_rows(method, ep)),
+    )

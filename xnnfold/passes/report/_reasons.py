@@ -20,8 +20,8 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, GraphModule, Node
 
 from xnnfold._meta import NN_MODULE_STACK_META_KEY
+from xnnfold.passes._graph_walk import walk
 from xnnfold.passes._ops import STOCK_WHY_LOGGERS
-from xnnfold.passes._walk import walk
 from xnnfold.passes.analysis import constant_fqns, is_gemm
 
 __all__ = ["collect_why_reasons", "module_path", "reads_parameters"]

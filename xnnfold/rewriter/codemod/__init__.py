@@ -21,6 +21,8 @@ if TYPE_CHECKING:
         UnparseableSource,
     )
     from xnnfold.rewriter.codemod._command import XnnfoldCodemod
+    from xnnfold.rewriter.codemod._driver import run_codemod
+    from xnnfold.rewriter.codemod._report import CodemodSummary
     from xnnfold.rewriter.codemod._rules import transform_source
 
 
@@ -28,9 +30,11 @@ __getattr__, __dir__ = lazy_exports(__name__, __file__, globals())
 
 __all__ = [
     "CodemodOptions",
+    "CodemodSummary",
     "FileOutcome",
     "Finding",
     "UnparseableSource",
     "XnnfoldCodemod",
+    "run_codemod",
     "transform_source",
 ]

@@ -1,4 +1,4 @@
-"""The analysis: one read-only pass over a module (`_Analysis`) that records every site,
+"""The analysis: one read-only pass over a module (`Analysis`) that records every site,
 resolving names through imports and aliases with `QualifiedNameProvider`."""
 
 from __future__ import annotations
@@ -10,37 +10,37 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from xnnfold._upstream import LazyValue
-from xnnfold.rewriter.codemod import _codes as codes
+from xnnfold.rewriter.codemod import _finding_codes as codes
 from xnnfold.rewriter.codemod._names import (
-    _FOLDING_PARTITIONER,
-    _GEMM_KEYWORDS,
-    _GEMMS,
-    _LEGACY,
-    _LEGACY_KEY_RE,
-    _LEGACY_KEYS,
-    _LOWER,
-    _MATMULS,
-    _PARAMETRIZATION_CODES,
-    _PREPARE,
-    _STANDARDIZE_FUNCS,
-    _STANDARDIZE_METHODS,
-    _STOCK_PARTITIONER,
-    _TORCH_EXPORT,
-    _UTILS,
+    FOLDING_PARTITIONER,
+    GEMM_KEYWORDS,
+    GEMMS,
+    LEGACY,
+    LEGACY_KEY_RE,
+    LEGACY_KEYS,
+    LOWER,
+    MATMULS,
+    PARAMETRIZATION_CODES,
+    PREPARE,
+    STANDARDIZE_FUNCS,
+    STANDARDIZE_METHODS,
+    STOCK_PARTITIONER,
+    TORCH_EXPORT,
+    UTILS,
 )
-from xnnfold.rewriter.codemod._sites import _Forward, _Leaves, _Site
+from xnnfold.rewriter.codemod._sites import Forward, Leaves, Site
 from xnnfold.rewriter.codemod._syntax import (
-    _code,
-    _excerpt,
-    _forward_env,
-    _is_plain,
-    _own_state_dict,
-    _param_names,
-    _tolerant_copy,
+    excerpt_of,
+    forward_env,
+    is_plain,
+    own_state_dict,
+    param_names,
+    source_of,
+    tolerant_copy,
 )
 
 
-class _Analysis(cst.CSTVisitor):
+class Analysis(cst.CSTVisitor):
     """Records every site of one module; changes nothing.
 
     A plain visitor over ``wrapper.module`` reading the wrapper's metadata maps directly:
@@ -55,13 +55,13 @@ class _Analysis(cst.CSTVisitor):
         # Positions are resolved on the first site (`_where`): most files that reach the
         # rules hold none, and positions cost half as much as the scope analysis.
         self._positions: Optional[Mapping[cst.CSTNode, CodeRange]] = None
-        self.legacy: list[_Site] = []
-        self.parametrizations: list[_Site] = []
-        self.forward: list[_Site] = []
-        self.exports: list[_Site] = []
-        self.lowerings: list[_Site] = []
-        self.partitioners: list[_Site] = []
-        self.dependence: list[_Site] = []
+        self.legacy: list[Site] = []
+        self.parametrizations: list[Site] = []
+        self.forward: list[Site] = []
+        self.exports: list[Site] = []
+        self.lowerings: list[Site] = []
+        self.partitioners: list[Site] = []
+        self.dependence: list[Site] = []
         self.lowers_to_xnnpack = False
         # Source text of expressions already passed to prepare_for_xnnpack, and names
         # assigned from such calls: their export needs no second wrap.
@@ -69,7 +69,7 @@ class _Analysis(cst.CSTVisitor):
         self.prepare_calls: set[cst.Call] = set()
         self._callee_of: dict[cst.CSTNode, cst.Call] = {}
         self._scopes: list[cst.CSTNode] = []
-        self._forwards: list[Optional[_Forward]] = []
+        self._forwards: list[Optional[Forward]] = []
         self._try_depth = 0
         # Local name -> position of a legacy import inside try/except: rewriting it would
         # leave the except branch describing an import that no longer happens.
@@ -89,9 +89,9 @@ class _Analysis(cst.CSTVisitor):
         start = self._positions[node].start
         return start.line, start.column + 1
 
-    def _site(self, code: str, node: cst.CSTNode, message: str, **kwargs: object) -> _Site:
+    def _site(self, code: str, node: cst.CSTNode, message: str, **kwargs: object) -> Site:
         line, col = self._where(node)
-        return _Site(code, line, col, message, node=node, **kwargs)  # type: ignore[arg-type]
+        return Site(code, line, col, message, node=node, **kwargs)  # type: ignore[arg-type]
 
     # -- scopes ---------------------------------------------------------------------
 
@@ -106,10 +106,10 @@ class _Analysis(cst.CSTVisitor):
         self._scopes.append(node)
         forward = None
         if is_method and node.name.value == "forward":
-            names = _param_names(node.params)
+            names = param_names(node.params)
             self_name = names[0] if node.params.posonly_params or node.params.params else None
             inputs = frozenset(n for n in names if n != self_name)
-            forward = _Forward(self_name, inputs, _forward_env(node))
+            forward = Forward(self_name, inputs, forward_env(node))
         elif self._forwards and self._forwards[-1] is not None:
             forward = self._forwards[-1]  # a helper nested in forward still computes there
         self._forwards.append(forward)
@@ -130,7 +130,7 @@ class _Analysis(cst.CSTVisitor):
         """Record legacy imports inside try/except: (qualified name, local name) pairs."""
         if self._try_depth:
             for name, local in bindings:
-                if name in _LEGACY:
+                if name in LEGACY:
                     self.conditional_imports.setdefault(local, self._where(node))
 
     def visit_Import(self, node: cst.Import) -> bool:
@@ -173,42 +173,42 @@ class _Analysis(cst.CSTVisitor):
     def visit_Call(self, node: cst.Call) -> None:
         self._callee_of[node.func] = node
         names = self._names(node.func)
-        if names & _TORCH_EXPORT:
+        if names & TORCH_EXPORT:
             self.exports.append(
                 self._site(codes.TORCH_EXPORT_CALL.code, node, "torch.export.export", call=node)
             )
-        if names & _PREPARE:
+        if names & PREPARE:
             self.prepare_calls.add(node)
             if node.args:
-                self.prepared.add(_code(node.args[0].value))
-        if any(n.startswith("executorch.") and n.endswith(f".{_LOWER}") for n in names):
-            self.lowerings.append(self._site(codes.LOWERING_CALL.code, node, _LOWER, call=node))
-        if any(n.startswith("executorch.") and n.endswith(f".{_STOCK_PARTITIONER}") for n in names):
+                self.prepared.add(source_of(node.args[0].value))
+        if any(n.startswith("executorch.") and n.endswith(f".{LOWER}") for n in names):
+            self.lowerings.append(self._site(codes.LOWERING_CALL.code, node, LOWER, call=node))
+        if any(n.startswith("executorch.") and n.endswith(f".{STOCK_PARTITIONER}") for n in names):
             self.partitioners.append(
-                self._site(codes.STOCK_PARTITIONER_CALL.code, node, _STOCK_PARTITIONER, call=node)
+                self._site(codes.STOCK_PARTITIONER_CALL.code, node, STOCK_PARTITIONER, call=node)
             )
         forward = self._forwards[-1] if self._forwards else None
         if forward is not None and forward.self_name is not None:
-            for name in names & _GEMMS.keys():
+            for name in names & GEMMS.keys():
                 self._forward_gemm(node, name, forward)
 
     def visit_Assign(self, node: cst.Assign) -> None:
-        if isinstance(node.value, cst.Call) and self._names(node.value.func) & _PREPARE:
+        if isinstance(node.value, cst.Call) and self._names(node.value.func) & PREPARE:
             for target in node.targets:
-                self.prepared.add(_code(target.target))
+                self.prepared.add(source_of(target.target))
 
     def visit_Name(self, node: cst.Name) -> None:
         self._reference(node)
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         attr = node.attr.value
-        if attr in _LEGACY_KEYS:
+        if attr in LEGACY_KEYS:
             self.dependence.append(
                 self._site(
                     codes.LEGACY_ATTRIBUTE.code,
                     node,
                     f"attribute .{attr} exists only under a legacy hook; migrated it is "
-                    f"{_LEGACY_KEYS[attr]}",
+                    f"{LEGACY_KEYS[attr]}",
                 )
             )
         return not self._reference(node)
@@ -219,22 +219,22 @@ class _Analysis(cst.CSTVisitor):
         if not names:
             return False
         if any(
-            (n.startswith("executorch.") and n.endswith(f".{_STOCK_PARTITIONER}"))
-            or (n.startswith("xnnfold.") and n.endswith(f".{_FOLDING_PARTITIONER}"))
+            (n.startswith("executorch.") and n.endswith(f".{STOCK_PARTITIONER}"))
+            or (n.startswith("xnnfold.") and n.endswith(f".{FOLDING_PARTITIONER}"))
             for n in names
         ):
             self.lowers_to_xnnpack = True
         for name in sorted(names):
-            if name in _PARAMETRIZATION_CODES:
+            if name in PARAMETRIZATION_CODES:
                 # A new-style name wins: `try: from ...parametrizations import weight_norm
                 # except ImportError: from torch.nn.utils import weight_norm` is migrated.
-                code, message = _PARAMETRIZATION_CODES[name]
+                code, message = PARAMETRIZATION_CODES[name]
                 self.parametrizations.append(self._site(code, node, message))
                 return True
-        legacy = next((_LEGACY[n] for n in sorted(names) if n in _LEGACY), None)
+        legacy = next((LEGACY[n] for n in sorted(names) if n in LEGACY), None)
         if legacy is None:
             return False
-        on_utils = isinstance(node, cst.Attribute) and self._names(node.value) == {_UTILS}
+        on_utils = isinstance(node, cst.Attribute) and self._names(node.value) == {UTILS}
         self.legacy.append(
             self._site(
                 legacy.code,
@@ -250,13 +250,13 @@ class _Analysis(cst.CSTVisitor):
     # -- legacy keys ----------------------------------------------------------------
 
     def _legacy_key_strings(self, node: cst.CSTNode, text: str) -> None:
-        for key in dict.fromkeys(_LEGACY_KEY_RE.findall(text)):
+        for key in dict.fromkeys(LEGACY_KEY_RE.findall(text)):
             self.dependence.append(
                 self._site(
                     codes.LEGACY_KEY_STRING.code,
                     node,
                     f"string names legacy state_dict key '{key}'; migrated it is "
-                    f"{_LEGACY_KEYS[key]}",
+                    f"{LEGACY_KEYS[key]}",
                 )
             )
 
@@ -267,8 +267,8 @@ class _Analysis(cst.CSTVisitor):
         self._legacy_key_strings(node, node.value)
 
     def _loader(self, node: cst.CSTNode, iterable: cst.BaseExpression, body: cst.CSTNode) -> None:
-        owner = _own_state_dict(iterable)
-        if owner is not None and _tolerant_copy(body):
+        owner = own_state_dict(iterable)
+        if owner is not None and tolerant_copy(body):
             self.dependence.append(
                 self._site(
                     codes.KEY_BY_KEY_LOADER.code,
@@ -303,8 +303,8 @@ class _Analysis(cst.CSTVisitor):
 
     # -- computed weights in forward ----------------------------------------------------
 
-    def _leaves(self, expr: cst.BaseExpression, forward: _Forward) -> _Leaves:
-        leaves = _Leaves()
+    def _leaves(self, expr: cst.BaseExpression, forward: Forward) -> Leaves:
+        leaves = Leaves()
         seen: set[str] = set()
         stack: list[cst.CSTNode] = [expr]
         while stack:
@@ -323,8 +323,8 @@ class _Analysis(cst.CSTVisitor):
                 continue
             elif isinstance(node, cst.Call):
                 func = node.func
-                if self._names(func) & _STANDARDIZE_FUNCS or (
-                    isinstance(func, cst.Attribute) and func.attr.value in _STANDARDIZE_METHODS
+                if self._names(func) & STANDARDIZE_FUNCS or (
+                    isinstance(func, cst.Attribute) and func.attr.value in STANDARDIZE_METHODS
                 ):
                     leaves.standardization = True
                 if isinstance(func, cst.Attribute):
@@ -342,21 +342,19 @@ class _Analysis(cst.CSTVisitor):
             stack.extend(node.children)
         return leaves
 
-    def _forward_gemm(self, call: cst.Call, name: str, forward: _Forward) -> None:
+    def _forward_gemm(self, call: cst.Call, name: str, forward: Forward) -> None:
         positional = [a for a in call.args if a.keyword is None and not a.star]
-        arguments = [positional[i].value for i in _GEMMS[name] if i < len(positional)]
+        arguments = [positional[i].value for i in GEMMS[name] if i < len(positional)]
         arguments += [
-            a.value
-            for a in call.args
-            if a.keyword is not None and a.keyword.value in _GEMM_KEYWORDS
+            a.value for a in call.args if a.keyword is not None and a.keyword.value in GEMM_KEYWORDS
         ]
         # A conv/linear names its weight; a matmul's operands may both be activations, so
         # only operands computed from attributes alone count there.
-        named_weight = name not in _MATMULS
-        per_sample: list[tuple[cst.BaseExpression, _Leaves]] = []
-        computed: list[tuple[cst.BaseExpression, _Leaves]] = []
+        named_weight = name not in MATMULS
+        per_sample: list[tuple[cst.BaseExpression, Leaves]] = []
+        computed: list[tuple[cst.BaseExpression, Leaves]] = []
         for arg in arguments:
-            if _is_plain(arg, forward, frozenset()):
+            if is_plain(arg, forward, frozenset()):
                 continue
             leaves = self._leaves(arg, forward)
             if not leaves.attrs:
@@ -368,7 +366,7 @@ class _Analysis(cst.CSTVisitor):
         short = name.replace("torch.nn.functional.", "F.")
         if per_sample:
             inputs = ", ".join(sorted(set().union(*(leaves.inputs for _, leaves in per_sample))))
-            excerpt = "; ".join(f"`{_excerpt(arg)}`" for arg, _ in per_sample)
+            excerpt = "; ".join(f"`{excerpt_of(arg)}`" for arg, _ in per_sample)
             message = (
                 f"per-sample weight in forward: declined: depends on the input ({inputs}): "
                 f"{short} {excerpt} cannot be folded and stays outside the XNNPACK delegate"
@@ -378,7 +376,7 @@ class _Analysis(cst.CSTVisitor):
         if not computed:
             return
         attrs = ", ".join(sorted(set().union(*(leaves.attrs for _, leaves in computed))))
-        excerpt = "; ".join(f"`{_excerpt(arg)}`" for arg, _ in computed)
+        excerpt = "; ".join(f"`{excerpt_of(arg)}`" for arg, _ in computed)
         if any(leaves.standardization for _, leaves in computed):
             code, what = codes.FORWARD_STANDARDIZATION.code, "weight standardization in forward"
         else:

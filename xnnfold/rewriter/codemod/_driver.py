@@ -9,7 +9,7 @@ the file's own encoding included); a ``--check`` gate for CI; a linter-style or 
 and parallel workers whose output does not depend on their number. This module is that
 driver; `run_codemod` is its API, and `xnnfold/cli/_codemod.py` its command line.
 
-Walking the PATH arguments is `_walk`'s (its docstring says what is pruned and how
+Walking the PATH arguments is `_file_walk`'s (its docstring says what is pruned and how
 symlinks and hard links are handled); what a run reports is `_report`'s.
 
 Speed: a file whose bytes hold none of the names the rules match (their `TRIGGER_WORDS`
@@ -40,11 +40,12 @@ import warnings
 from typing import Callable, Final, Iterable, Optional, Sequence, TextIO, Union
 
 from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, UnparseableSource
+from xnnfold.rewriter.codemod._file_walk import collect, PRUNED_DIR_NAMES, Target, UsageError
 from xnnfold.rewriter.codemod._report import (
-    _Progress,
     CodemodSummary,
     FileReport,
     format_summary,
+    Progress,
     PROGRESS_MIN_FILES,
     SkippedPath,
     STATUS_ERROR,
@@ -53,7 +54,6 @@ from xnnfold.rewriter.codemod._report import (
     STATUS_UNPARSEABLE,
     STATUS_WOULD_REWRITE,
 )
-from xnnfold.rewriter.codemod._walk import _collect, _Target, _UsageError, PRUNED_DIR_NAMES
 
 __all__ = [
     "CodemodSummary",
@@ -172,7 +172,7 @@ def _compiles(code: bytes) -> bool:
 
 
 def _process(
-    target: _Target,
+    target: Target,
     *,
     transform: Transform,
     options: CodemodOptions,
@@ -265,11 +265,11 @@ def _rule_for(
 
 
 def _run_all(
-    work: Callable[[_Target], tuple[FileReport, bool]],
-    targets: Sequence[_Target],
+    work: Callable[[Target], tuple[FileReport, bool]],
+    targets: Sequence[Target],
     *,
     workers: int,
-    bar: Optional[_Progress],
+    bar: Optional[Progress],
 ) -> list[tuple[FileReport, bool]]:
     """``work`` over every target, in this process or in ``workers`` processes."""
     results: list[tuple[FileReport, bool]] = []
@@ -342,8 +342,8 @@ def run_codemod(
     start = time.perf_counter()
     transform, pattern, need_code = _rule_for(mode, transform, prefilter)
     try:
-        targets, skipped, pruned = _collect(paths)
-    except _UsageError as error:
+        targets, skipped, pruned = collect(paths)
+    except UsageError as error:
         raise ValueError(str(error)) from None
 
     work = functools.partial(
@@ -357,7 +357,7 @@ def run_codemod(
     stream = sys.stderr if progress_stream is None else progress_stream
     if progress is None:
         progress = len(targets) >= PROGRESS_MIN_FILES and stream.isatty()
-    bar = _Progress(stream, len(targets)) if progress and targets else None
+    bar = Progress(stream, len(targets)) if progress and targets else None
     workers = (os.cpu_count() or 1) if jobs == 0 else jobs
     results = _run_all(work, targets, workers=min(workers, max(len(targets), 1)), bar=bar)
     results.sort(key=lambda r: r[0].path)

@@ -10,7 +10,7 @@ import dataclasses
 import re
 from typing import Final
 
-from xnnfold.rewriter.codemod._codes import (
+from xnnfold.rewriter.codemod._finding_codes import (
     LEGACY_REMOVE_SPECTRAL_NORM,
     LEGACY_REMOVE_WEIGHT_NORM,
     LEGACY_SPECTRAL_NORM,
@@ -21,7 +21,7 @@ from xnnfold.rewriter.codemod._codes import (
     REGISTERED_PARAMETRIZATION,
 )
 
-_UTILS: Final = "torch.nn.utils"
+UTILS: Final = "torch.nn.utils"
 _PARAMETRIZATIONS: Final = "torch.nn.utils.parametrizations"
 _PARAMETRIZE: Final = "torch.nn.utils.parametrize"
 
@@ -30,7 +30,7 @@ SPECTRAL_NORM: Final = "spectral_norm"
 
 
 @dataclasses.dataclass(frozen=True)
-class _Legacy:
+class Legacy:
     """One legacy function and what it migrates to."""
 
     code: str
@@ -44,20 +44,20 @@ class _Legacy:
         return f"{self.new_module}.{self.new_obj}"
 
 
-_LEGACY: Final[dict[str, _Legacy]] = {}
-for _family, _code, _rcode in (
+LEGACY: Final[dict[str, Legacy]] = {}
+for _family, source_of, _rcode in (
     (WEIGHT_NORM, LEGACY_WEIGHT_NORM.code, LEGACY_REMOVE_WEIGHT_NORM.code),
     (SPECTRAL_NORM, LEGACY_SPECTRAL_NORM.code, LEGACY_REMOVE_SPECTRAL_NORM.code),
 ):
-    _apply = _Legacy(_code, _family, False, _PARAMETRIZATIONS, _family)
-    _remove = _Legacy(_rcode, _family, True, _PARAMETRIZE, "remove_parametrizations")
+    _apply = Legacy(source_of, _family, False, _PARAMETRIZATIONS, _family)
+    _remove = Legacy(_rcode, _family, True, _PARAMETRIZE, "remove_parametrizations")
     # The function is re-exported by torch.nn.utils; its defining module works too.
-    for _name in (f"{_UTILS}.{_family}", f"{_UTILS}.{_family}.{_family}"):
-        _LEGACY[_name] = _apply
-    for _name in (f"{_UTILS}.remove_{_family}", f"{_UTILS}.{_family}.remove_{_family}"):
-        _LEGACY[_name] = _remove
+    for _name in (f"{UTILS}.{_family}", f"{UTILS}.{_family}.{_family}"):
+        LEGACY[_name] = _apply
+    for _name in (f"{UTILS}.remove_{_family}", f"{UTILS}.{_family}.remove_{_family}"):
+        LEGACY[_name] = _remove
 
-_PARAMETRIZATION_CODES: Final = {
+PARAMETRIZATION_CODES: Final = {
     f"{_PARAMETRIZATIONS}.weight_norm": (
         PARAMETRIZED_WEIGHT_NORM.code,
         "parametrizations.weight_norm: folded by xnnfold (XnnpackFoldingPartitioner)",
@@ -79,19 +79,19 @@ _PARAMETRIZATION_CODES: Final = {
     ),
 }
 
-_TORCH_EXPORT: Final = frozenset({"torch.export.export"})
-_PREPARE: Final = frozenset(
+TORCH_EXPORT: Final = frozenset({"torch.export.export"})
+PREPARE: Final = frozenset(
     {
         "xnnfold.prepare_for_xnnpack",
         "xnnfold.rewriter.prepare_for_xnnpack",
         "xnnfold.rewriter._marking.prepare_for_xnnpack",
     }
 )
-_PREPARE_MODULE: Final = "xnnfold"
-_PREPARE_OBJ: Final = "prepare_for_xnnpack"
-_FOLDING_PARTITIONER: Final = "XnnpackFoldingPartitioner"
-_STOCK_PARTITIONER: Final = "XnnpackPartitioner"
-_LOWER: Final = "to_edge_transform_and_lower"
+PREPARE_MODULE: Final = "xnnfold"
+PREPARE_OBJ: Final = "prepare_for_xnnpack"
+FOLDING_PARTITIONER: Final = "XnnpackFoldingPartitioner"
+STOCK_PARTITIONER: Final = "XnnpackPartitioner"
+LOWER: Final = "to_edge_transform_and_lower"
 # XnnpackFoldingPartitioner's parameters: the stock partitioner's positional ones, in
 # order, then its own keyword-only options. Every other keyword reaches the configs, as
 # with the stock partitioner; a stock call passing one of the folding partitioner's own
@@ -107,7 +107,7 @@ FOLDING_PARTITIONER_OPTIONS: Final = (
 )
 
 # GEMMs whose weight argument is examined in forward: name -> (weight index, bias index).
-_GEMMS: Final[dict[str, tuple[int, ...]]] = {
+GEMMS: Final[dict[str, tuple[int, ...]]] = {
     **{
         f"{prefix}.{op}{d}d": (1, 2)
         for prefix in ("torch.nn.functional", "torch")
@@ -119,9 +119,9 @@ _GEMMS: Final[dict[str, tuple[int, ...]]] = {
     "torch.mm": (0, 1),
     "torch.addmm": (0, 1, 2),
 }
-_MATMULS: Final = frozenset({"torch.matmul", "torch.mm", "torch.addmm"})
-_GEMM_KEYWORDS: Final = frozenset({"weight", "bias", "input", "other", "mat1", "mat2"})
-_STANDARDIZE_FUNCS: Final = frozenset(
+MATMULS: Final = frozenset({"torch.matmul", "torch.mm", "torch.addmm"})
+GEMM_KEYWORDS: Final = frozenset({"weight", "bias", "input", "other", "mat1", "mat2"})
+STANDARDIZE_FUNCS: Final = frozenset(
     {
         "torch.nn.functional.batch_norm",
         "torch.batch_norm",
@@ -132,17 +132,17 @@ _STANDARDIZE_FUNCS: Final = frozenset(
         "torch.var",
     }
 )
-_STANDARDIZE_METHODS: Final = frozenset({"mean", "std", "var", "var_mean", "std_mean"})
+STANDARDIZE_METHODS: Final = frozenset({"mean", "std", "var", "var_mean", "std_mean"})
 
 # Legacy state_dict keys and attributes, and what a migration turns them into.
-_LEGACY_KEYS: Final = {
+LEGACY_KEYS: Final = {
     "weight_g": "parametrizations.weight.original0 (weight_norm)",
     "weight_v": "parametrizations.weight.original1 (weight_norm) or "
     "parametrizations.weight.0._v (spectral_norm)",
     "weight_orig": "parametrizations.weight.original (spectral_norm)",
     "weight_u": "parametrizations.weight.0._u (spectral_norm)",
 }
-_LEGACY_KEY_RE: Final = re.compile(r"(?<![A-Za-z0-9_])(weight_(?:g|v|orig|u))(?![A-Za-z0-9_])")
+LEGACY_KEY_RE: Final = re.compile(r"(?<![A-Za-z0-9_])(weight_(?:g|v|orig|u))(?![A-Za-z0-9_])")
 
 # Every site spells one of these (the last component of a qualified name is always spelled
 # in the file: ``import x as y`` spells ``x``): words as substrings, GEMM names as whole
@@ -154,15 +154,15 @@ TRIGGER_WORDS: Final[tuple[str, ...]] = (
     "parametriz",
     "orthogonal",
     "export",
-    _LOWER,
+    LOWER,
     "Xnnpack",
-    *_LEGACY_KEYS,
+    *LEGACY_KEYS,
     "state_dict",
 )
 TRIGGER_IDENTIFIERS: Final[tuple[str, ...]] = tuple(
-    sorted({name.rsplit(".", 1)[1] for name in _GEMMS})
+    sorted({name.rsplit(".", 1)[1] for name in GEMMS})
 )
-_TRIGGERS: Final = re.compile(
+TRIGGERS: Final = re.compile(
     "|".join(re.escape(word) for word in TRIGGER_WORDS)
     + r"|(?<![A-Za-z0-9_])(?:"
     + "|".join(TRIGGER_IDENTIFIERS)

@@ -1,6 +1,6 @@
 """Planning: what each finding says and which sites are rewritten (a family migrates
 completely or not at all), then the codemod that runs analysis, plan and rewrite on one
-module (`_Rules`)."""
+module (`Rules`)."""
 
 from __future__ import annotations
 
@@ -12,34 +12,34 @@ from libcst.codemod import Codemod, CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider, ScopeProvider
 
-from xnnfold.rewriter.codemod._analysis import _Analysis
+from xnnfold.rewriter.codemod._analysis import Analysis
 from xnnfold.rewriter.codemod._api import CodemodOptions
-from xnnfold.rewriter.codemod._codes import STOCK_PARTITIONER_CALL
+from xnnfold.rewriter.codemod._finding_codes import STOCK_PARTITIONER_CALL
 from xnnfold.rewriter.codemod._names import (
-    _LOWER,
     FOLDING_PARTITIONER_OPTIONS,
+    LOWER,
     SPECTRAL_NORM,
     WEIGHT_NORM,
 )
 from xnnfold.rewriter.codemod._rewrite import (
-    _Decline,
-    _removal_args,
-    _resolve_placeholders,
-    _Rewrite,
+    Decline,
+    removal_args,
+    resolve_placeholders,
+    Rewrite,
 )
-from xnnfold.rewriter.codemod._sites import _Site
-from xnnfold.rewriter.codemod._syntax import _code
+from xnnfold.rewriter.codemod._sites import Site
+from xnnfold.rewriter.codemod._syntax import source_of
 
 
-def _dependence_note(dependence: Sequence[_Site]) -> str:
+def _dependence_note(dependence: Sequence[Site]) -> str:
     first = min(dependence, key=lambda s: (s.line, s.col))
     return f"{first.code} at {first.line}:{first.col}"
 
 
 def _legacy_messages(
-    sites: Sequence[_Site],
+    sites: Sequence[Site],
     options: CodemodOptions,
-    dependence: Sequence[_Site],
+    dependence: Sequence[Site],
     conditional_imports: dict[str, tuple[int, int]],
 ) -> dict[str, bool]:
     """Decide which families migrate; set each legacy site's message. Family -> migrate."""
@@ -66,7 +66,7 @@ def _legacy_messages(
                 f"{where} passes the removal as a value (module.apply would also visit "
                 "the parametrization's own submodules)"
             )
-        elif _removal_args(site.call.args) is None:
+        elif removal_args(site.call.args) is None:
             unmigratable[site.legacy.family] = f"{where} passes arguments the rewrite cannot map"
     for family, enabled in (
         (WEIGHT_NORM, options.migrate_weight_norm),
@@ -113,12 +113,10 @@ def _enabled(family: str, options: CodemodOptions) -> bool:
     return options.migrate_weight_norm if family == WEIGHT_NORM else options.migrate_spectral_norm
 
 
-def _export_messages(
-    analysis: _Analysis, options: CodemodOptions
-) -> tuple[list[_Site], list[_Site]]:
+def _export_messages(analysis: Analysis, options: CodemodOptions) -> tuple[list[Site], list[Site]]:
     """Set export-site messages; return the export calls and partitioners to rewrite."""
     wire = options.wire_export and analysis.lowers_to_xnnpack
-    exports: list[_Site] = []
+    exports: list[Site] = []
     for site in analysis.exports:
         call = site.call
         assert call is not None
@@ -129,7 +127,7 @@ def _export_messages(
         )
         if first is None:
             site.message = "torch.export.export: model argument not positional; wire it by hand"
-        elif first.value in analysis.prepare_calls or _code(first.value) in analysis.prepared:
+        elif first.value in analysis.prepare_calls or source_of(first.value) in analysis.prepared:
             site.message = "torch.export.export: model already prepared with prepare_for_xnnpack"
         elif not analysis.lowers_to_xnnpack:
             site.message = (
@@ -146,10 +144,10 @@ def _export_messages(
             exports.append(site)
     for site in analysis.lowerings:
         site.message = (
-            f"{_LOWER}: lowers to XNNPACK; its XnnpackPartitioner calls are reported as "
+            f"{LOWER}: lowers to XNNPACK; its XnnpackPartitioner calls are reported as "
             f"{STOCK_PARTITIONER_CALL.code}"
         )
-    partitioners: list[_Site] = []
+    partitioners: list[Site] = []
     for site in analysis.partitioners:
         assert site.call is not None
         unknown = _unknown_partitioner_arguments(site.call)
@@ -183,7 +181,7 @@ def _unknown_partitioner_arguments(call: cst.Call) -> str:
     )
 
 
-def _dependence_messages(analysis: _Analysis, options: CodemodOptions) -> None:
+def _dependence_messages(analysis: Analysis, options: CodemodOptions) -> None:
     if not analysis.dependence:
         return
     pending = None
@@ -219,7 +217,7 @@ def _without_copy(codemod: Codemod, tree: cst.Module) -> cst.Module:
         codemod.context = dataclasses.replace(codemod.context, wrapper=old.wrapper)
 
 
-class _Rules(Codemod):
+class Rules(Codemod):
     """All rules over one module: analyse, plan, rewrite, fix imports."""
 
     METADATA_DEPENDENCIES = (QualifiedNameProvider, ScopeProvider)
@@ -229,7 +227,7 @@ class _Rules(Codemod):
     ) -> None:
         super().__init__(context)
         self.options = options
-        self.sites: list[_Site] = []
+        self.sites: list[Site] = []
         # False: stop before adding imports (the findings and ``pending`` are final then;
         # only the new bytes are missing). Report and check modes need no more.
         self.rewrite = rewrite
@@ -241,7 +239,7 @@ class _Rules(Codemod):
     def transform_module_impl(self, tree: cst.Module) -> cst.Module:
         wrapper = self.context.wrapper
         assert wrapper is not None and wrapper.module is tree  # set by transform_module
-        analysis = _Analysis(wrapper)
+        analysis = Analysis(wrapper)
         tree.visit(analysis)
         migrate = _legacy_messages(
             analysis.legacy, self.options, analysis.dependence, analysis.conditional_imports
@@ -262,14 +260,14 @@ class _Rules(Codemod):
             return tree
         # A private context, so the imports scheduled here are applied exactly once.
         inner = dataclasses.replace(self.context, scratch={})
-        rewrite = _Rewrite(inner, legacy=legacy, exports=exports, partitioners=partitioners)
+        rewrite = Rewrite(inner, legacy=legacy, exports=exports, partitioners=partitioners)
         try:
             updated = tree.visit(rewrite)
             if inner.scratch.get(RemoveImportsVisitor.CONTEXT_KEY):
                 # Without a scheduled removal the visitor changes nothing, and its scope
                 # analysis of the whole module is the costliest step of a rewrite.
                 updated = _without_copy(RemoveImportsVisitor(inner), updated)
-            updated, aliased = _resolve_placeholders(updated, rewrite.imports, inner)
+            updated, aliased = resolve_placeholders(updated, rewrite.imports, inner)
             # From here nothing declines: a rewrite is pending, and the findings are final.
             self.pending = True
             if not self.rewrite:
@@ -283,7 +281,7 @@ class _Rules(Codemod):
                         second, needed.module, needed.obj, needed.local
                     )
                 updated = _without_copy(AddImportsVisitor(second), updated)
-        except _Decline as error:
+        except Decline as error:
             for site in self.sites:
                 if site.rewritten:
                     site.rewritten = False

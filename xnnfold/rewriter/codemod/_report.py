@@ -1,6 +1,6 @@
 """What a codemod run reports: one `FileReport` per file processed, the `SkippedPath`s,
 the run's `CodemodSummary` (its exit code and JSON form), the progress bar on a TTY
-(`_Progress`), and the human summary printed at the end (`format_summary`)."""
+(`Progress`), and the human summary printed at the end (`format_summary`)."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def format_summary(summary: CodemodSummary) -> str:
     return "\n".join(lines)
 
 
-class _Progress:
+class Progress:
     """A one-line progress bar on a stream, redrawn at most every 0.1 s."""
 
     def __init__(self, stream: TextIO, total: int) -> None:

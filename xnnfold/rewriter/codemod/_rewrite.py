@@ -1,6 +1,6 @@
-"""The rewrite (`_Rewrite`): each planned site becomes its new spelling, behind a
-placeholder name that `_resolve_placeholders` turns into an import (or the name a file
-already binds). `_Decline` leaves a file unchanged."""
+"""The rewrite (`Rewrite`): each planned site becomes its new spelling, behind a
+placeholder name that `resolve_placeholders` turns into an import (or the name a file
+already binds). `Decline` leaves a file unchanged."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import ScopeProvider
 
 from xnnfold.rewriter.codemod._names import (
-    _FOLDING_PARTITIONER,
-    _LEGACY,
-    _Legacy,
-    _PREPARE_MODULE,
-    _PREPARE_OBJ,
+    FOLDING_PARTITIONER,
+    LEGACY,
+    Legacy,
+    PREPARE_MODULE,
+    PREPARE_OBJ,
 )
-from xnnfold.rewriter.codemod._sites import _Site
-from xnnfold.rewriter.codemod._syntax import _assigned_names, _walk
+from xnnfold.rewriter.codemod._sites import Site
+from xnnfold.rewriter.codemod._syntax import assigned_names, walk_nodes
 
 _PLACEHOLDER: Final = "__xnnfold_{}__"
 
@@ -35,7 +35,7 @@ class _Import:
     local: str
 
 
-def _removal_args(args: Sequence[cst.Arg]) -> Optional[list[cst.Arg]]:
+def removal_args(args: Sequence[cst.Arg]) -> Optional[list[cst.Arg]]:
     """``(module[, name])`` of ``remove_*_norm`` as ``(module, name)``; None if unsure."""
     if any(a.star for a in args):
         return None
@@ -59,7 +59,7 @@ def _removal_args(args: Sequence[cst.Arg]) -> Optional[list[cst.Arg]]:
     return [first, second]
 
 
-class _Rewrite(ContextAwareTransformer):
+class Rewrite(ContextAwareTransformer):
     """Pass 1: rewrite the chosen sites; new names go through placeholders."""
 
     METADATA_DEPENDENCIES = (ScopeProvider,)
@@ -68,18 +68,18 @@ class _Rewrite(ContextAwareTransformer):
         self,
         context: CodemodContext,
         *,
-        legacy: Sequence[_Site],
-        exports: Sequence[_Site],
-        partitioners: Sequence[_Site],
+        legacy: Sequence[Site],
+        exports: Sequence[Site],
+        partitioners: Sequence[Site],
     ) -> None:
         super().__init__(context)
         self._refs = {s.node: s for s in legacy if s.call is None}
-        # Every legacy site has its _Legacy (`_Analysis` records it with one).
+        # Every legacy site has its Legacy (`Analysis` records it with one).
         self._removal_calls = {
-            s.call: s for s in legacy if s.call is not None and cast(_Legacy, s.legacy).removal
+            s.call: s for s in legacy if s.call is not None and cast(Legacy, s.legacy).removal
         }
         self._applications = {
-            s.node: s for s in legacy if s.call is not None and not cast(_Legacy, s.legacy).removal
+            s.node: s for s in legacy if s.call is not None and not cast(Legacy, s.legacy).removal
         }
         self._exports = {s.call: s for s in exports}
         self._partitioners = {s.call: s for s in partitioners}
@@ -94,7 +94,7 @@ class _Rewrite(ContextAwareTransformer):
         return cst.Name(name)
 
     def _callee(
-        self, site: _Site, original: cst.BaseExpression, updated: cst.BaseExpression
+        self, site: Site, original: cst.BaseExpression, updated: cst.BaseExpression
     ) -> cst.BaseExpression:
         legacy = site.legacy
         assert legacy is not None
@@ -131,7 +131,7 @@ class _Rewrite(ContextAwareTransformer):
     def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.BaseExpression:
         site = self._removal_calls.get(original_node)
         if site is not None:
-            args = _removal_args(updated_node.args)
+            args = removal_args(updated_node.args)
             assert args is not None  # checked when planning
             site.rewritten = True
             callee = self._callee(site, original_node.func, updated_node.func)
@@ -141,7 +141,7 @@ class _Rewrite(ContextAwareTransformer):
             export.rewritten = True
             first = updated_node.args[0]
             wrapped = cst.Call(
-                func=self._placeholder(_Import(_PREPARE_MODULE, _PREPARE_OBJ, _PREPARE_OBJ)),
+                func=self._placeholder(_Import(PREPARE_MODULE, PREPARE_OBJ, PREPARE_OBJ)),
                 args=[cst.Arg(value=first.value)],
             )
             updated_node = updated_node.with_changes(
@@ -153,7 +153,7 @@ class _Rewrite(ContextAwareTransformer):
             RemoveImportsVisitor.remove_unused_import_by_node(self.context, original_node.func)
             updated_node = updated_node.with_changes(
                 func=self._placeholder(
-                    _Import(_PREPARE_MODULE, _FOLDING_PARTITIONER, _FOLDING_PARTITIONER)
+                    _Import(PREPARE_MODULE, FOLDING_PARTITIONER, FOLDING_PARTITIONER)
                 )
             )
         return updated_node
@@ -162,7 +162,7 @@ class _Rewrite(ContextAwareTransformer):
 def _bound_names(module: cst.Module) -> dict[str, set[tuple[str, str]]]:
     """Local name -> the (module, obj) it is imported as, or ("", "") when defined here."""
     bound: dict[str, set[tuple[str, str]]] = {}
-    for node in _walk(module):
+    for node in walk_nodes(module):
         if isinstance(node, cst.Import):
             for alias in node.names:
                 local = alias.evaluated_alias or alias.evaluated_name.split(".")[0]
@@ -180,7 +180,7 @@ def _bound_names(module: cst.Module) -> dict[str, set[tuple[str, str]]]:
             for small in statement.body:
                 if isinstance(small, cst.Assign):
                     for target in small.targets:
-                        for name in _assigned_names(target.target):
+                        for name in assigned_names(target.target):
                             bound.setdefault(name, set()).add(("", ""))
     return bound
 
@@ -200,7 +200,7 @@ def _dotted(path: str) -> cst.BaseExpression:
     return cst.parse_expression(path)
 
 
-def _resolve_placeholders(
+def resolve_placeholders(
     module: cst.Module, imports: dict[str, _Import], context: CodemodContext
 ) -> tuple[cst.Module, list[_Import]]:
     """Replace placeholders; schedule bare imports in ``context``, return aliased ones.
@@ -216,10 +216,10 @@ def _resolve_placeholders(
         legacy = sorted(
             f"{module}.{obj}" if obj else module
             for module, obj in clash
-            if (f"{module}.{obj}" if obj else module) in _LEGACY
+            if (f"{module}.{obj}" if obj else module) in LEGACY
         )
         if legacy:
-            raise _Decline(
+            raise Decline(
                 f"the import of {legacy[0]} stays in use (re-exported in __all__?); "
                 "migrate this file by hand"
             )
@@ -227,7 +227,7 @@ def _resolve_placeholders(
             # The name means something else here: spell the full path instead.
             root = needed.module.split(".")[0]
             if bound.get(root, set()) - {(root, "")} - {(needed.module, "")}:
-                raise _Decline(f"both {needed.local} and {root} are bound to something else")
+                raise Decline(f"both {needed.local} and {root} are bound to something else")
             AddImportsVisitor.add_needed_import(context, needed.module)
             names[placeholder] = _dotted(f"{needed.module}.{needed.obj}")
         elif needed.local == needed.obj:
@@ -239,5 +239,5 @@ def _resolve_placeholders(
     return module.visit(_Resolve(names)), aliased
 
 
-class _Decline(Exception):
+class Decline(Exception):
     """The rewrite cannot be done cleanly; the file is reported but left unchanged."""

@@ -22,7 +22,7 @@ This module is the entry point; the rules live in modules of one concern each: `
 records), `_analysis` (the read-only pass), `_planning` (the findings and the plan),
 `_rewrite` (the rewrite and its imports).
 
-Every finding carries a stable code, registered in `_codes` (XNF1xx to XNF4xx) and
+Every finding carries a stable code, registered in `_finding_codes` (XNF1xx to XNF4xx) and
 listed in docs/codemod.md.
 """
 
@@ -34,14 +34,14 @@ import libcst as cst
 from libcst.codemod import CodemodContext
 
 from xnnfold.rewriter.codemod._api import CodemodOptions, FileOutcome, Finding, UnparseableSource
-from xnnfold.rewriter.codemod._names import _TRIGGERS
-from xnnfold.rewriter.codemod._planning import _Rules
+from xnnfold.rewriter.codemod._names import TRIGGERS
+from xnnfold.rewriter.codemod._planning import Rules
 
 __all__ = ["apply_rules", "transform_source"]
 
 
 def _may_have_sites(text: str) -> bool:
-    return _TRIGGERS.search(text) is not None
+    return TRIGGERS.search(text) is not None
 
 
 def _run_rules(
@@ -56,7 +56,7 @@ def _run_rules(
     # ``module.code`` regenerates the whole source: use the caller's text when it has it.
     if not _may_have_sites(module.code if text is None else text):
         return module, (), False
-    rules = _Rules(
+    rules = Rules(
         context if context is not None else CodemodContext(), options=options, rewrite=rewrite
     )
     updated = rules.transform_module(module)

@@ -1,6 +1,6 @@
-"""The records the analysis keeps: a site (`_Site`, one finding and what its rewrite
-needs), a ``forward`` being read (`_Forward`) and the leaves of a weight expression
-(`_Leaves`)."""
+"""The records the analysis keeps: a site (`Site`, one finding and what its rewrite
+needs), a ``forward`` being read (`Forward`) and the leaves of a weight expression
+(`Leaves`)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from typing import Optional
 
 import libcst as cst
 
-from xnnfold.rewriter.codemod._names import _Legacy
+from xnnfold.rewriter.codemod._names import Legacy
 
 
 @dataclasses.dataclass
-class _Site:
+class Site:
     code: str
     line: int
     col: int
     message: str
     node: Optional[cst.CSTNode] = None
-    legacy: Optional[_Legacy] = None
+    legacy: Optional[Legacy] = None
     # For legacy references: is the node an Attribute on an expression for torch.nn.utils
     # (``nn.utils.weight_norm``), so that ``.parametrizations.`` can be inserted in place?
     on_utils: bool = False
@@ -39,14 +39,14 @@ class _Site:
 
 
 @dataclasses.dataclass
-class _Forward:
+class Forward:
     self_name: Optional[str]
     inputs: frozenset[str]
     env: dict[str, list[cst.BaseExpression]]
 
 
 @dataclasses.dataclass
-class _Leaves:
+class Leaves:
     attrs: set[str] = dataclasses.field(default_factory=set)
     inputs: set[str] = dataclasses.field(default_factory=set)
     standardization: bool = False

@@ -8,21 +8,21 @@ from typing import Final, Iterator, Optional
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from xnnfold.rewriter.codemod._sites import _Forward
+from xnnfold.rewriter.codemod._sites import Forward
 
 _EXCERPT_CHARS: Final = 48
 
 
-def _code(node: cst.CSTNode) -> str:
+def source_of(node: cst.CSTNode) -> str:
     return cst.Module(body=[]).code_for_node(node)
 
 
-def _excerpt(node: cst.CSTNode) -> str:
-    text = " ".join(_code(node).split())
+def excerpt_of(node: cst.CSTNode) -> str:
+    text = " ".join(source_of(node).split())
     return text if len(text) <= _EXCERPT_CHARS else text[: _EXCERPT_CHARS - 3] + "..."
 
 
-def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+def walk_nodes(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     stack = [node]
     while stack:
         current = stack.pop()
@@ -30,34 +30,34 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(reversed(current.children))
 
 
-def _assigned_names(target: cst.BaseExpression) -> Iterator[str]:
+def assigned_names(target: cst.BaseExpression) -> Iterator[str]:
     if isinstance(target, cst.Name):
         yield target.value
     elif isinstance(target, (cst.Tuple, cst.List)):
         for element in target.elements:
-            yield from _assigned_names(element.value)
+            yield from assigned_names(element.value)
     elif isinstance(target, cst.StarredElement):
-        yield from _assigned_names(target.value)
+        yield from assigned_names(target.value)
 
 
-def _forward_env(function: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
+def forward_env(function: cst.FunctionDef) -> dict[str, list[cst.BaseExpression]]:
     """Every local name of ``forward`` with every expression assigned to it."""
     env: dict[str, list[cst.BaseExpression]] = {}
-    for node in _walk(function.body):
+    for node in walk_nodes(function.body):
         if isinstance(node, cst.Assign):
             for target in node.targets:
-                for name in _assigned_names(target.target):
+                for name in assigned_names(target.target):
                     env.setdefault(name, []).append(node.value)
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)) and node.value is not None:
-            for name in _assigned_names(node.target):
+            for name in assigned_names(node.target):
                 env.setdefault(name, []).append(node.value)
         elif isinstance(node, cst.NamedExpr):
-            for name in _assigned_names(node.target):
+            for name in assigned_names(node.target):
                 env.setdefault(name, []).append(node.value)
     return env
 
 
-def _param_names(params: cst.Parameters) -> list[str]:
+def param_names(params: cst.Parameters) -> list[str]:
     names = [p.name.value for p in (*params.posonly_params, *params.params)]
     if isinstance(params.star_arg, cst.Param):
         names.append(params.star_arg.name.value)
@@ -67,7 +67,7 @@ def _param_names(params: cst.Parameters) -> list[str]:
     return names
 
 
-def _own_state_dict(expr: cst.BaseExpression) -> Optional[str]:
+def own_state_dict(expr: cst.BaseExpression) -> Optional[str]:
     """``owner`` when ``expr`` is ``owner.state_dict()`` (or its ``.keys()``/``.items()``)."""
     if (
         isinstance(expr, cst.Call)
@@ -82,13 +82,13 @@ def _own_state_dict(expr: cst.BaseExpression) -> Optional[str]:
         and isinstance(expr.func, cst.Attribute)
         and expr.func.attr.value == "state_dict"
     ):
-        return _excerpt(expr.func.value)
+        return excerpt_of(expr.func.value)
     return None
 
 
-def _tolerant_copy(node: cst.CSTNode) -> bool:
+def tolerant_copy(node: cst.CSTNode) -> bool:
     """A loop body that skips keys it cannot find: try/except, ``.get(``, or ``k in d``."""
-    for child in _walk(node):
+    for child in walk_nodes(node):
         if isinstance(child, cst.Try):
             return True
         if (
@@ -104,13 +104,13 @@ def _tolerant_copy(node: cst.CSTNode) -> bool:
     return False
 
 
-def _is_plain(expr: cst.BaseExpression, forward: _Forward, seen: frozenset[str]) -> bool:
+def is_plain(expr: cst.BaseExpression, forward: Forward, seen: frozenset[str]) -> bool:
     """``self.weight``, or a local name only ever bound to such an attribute."""
     if isinstance(expr, cst.Attribute):
         full = get_full_name_for_node(expr)
         return full is not None and full.startswith(f"{forward.self_name}.")
     if isinstance(expr, cst.Name) and expr.value in forward.env and expr.value not in seen:
         return all(
-            _is_plain(value, forward, seen | {expr.value}) for value in forward.env[expr.value]
+            is_plain(value, forward, seen | {expr.value}) for value in forward.env[expr.value]
         )
     return False

@@ -1,0 +1,2 @@
+"""Benchmarks of xnnfold: timing scripts, correctness tools and the model-zoo sweeps
+(README.md)."""

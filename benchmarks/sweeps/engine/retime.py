@@ -1,0 +1,122 @@
+"""Retiming a row whose xnnfold program ran slower than stock's, so that noise cannot
+decide it: the two programs, lowered again in a fresh worker, loaded alone in a fresh
+process and timed over `CALLS` interleaved calls after `WARM_UP` untimed ones, with the
+load average beside the figures. Where the two programs' files are byte-identical
+(SHA-256 of the ``.pte`` and any ``.ptd``), the ratio is 1 by construction: the row is
+"identical" and nothing is timed.
+
+    python -m benchmarks.sweeps.engine.retime SPEC.json   # the timing process alone
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# A row is retimed where xnnfold's median latency over stock's is above this.
+SLOWER_ABOVE = 1.03
+# Interleaved calls of each program (odd, for a median), after the untimed ones.
+CALLS = 31
+WARM_UP = 3
+# The timing process's own limit: a program as slow as a second a call still finishes.
+TIMING_TIMEOUT_S = 900.0
+
+
+def latency_ratio(path: dict[str, Any]) -> float | None:
+    """xnnfold's median latency over stock's in the sweep's own timing, where both ran."""
+    ours, stock = path.get("xnnfold", {}), path.get("stock", {})
+    if ours.get("ms") and stock.get("ms"):
+        return float(ours["ms"]) / float(stock["ms"])
+    return None
+
+
+def to_retime(results: dict[str, dict[str, Any]], *, again: bool = False) -> list[str]:
+    """The classes whose sweep timing has xnnfold above `SLOWER_ABOVE` stock's, not yet
+    retimed (all of them where ``again``)."""
+    return sorted(
+        name
+        for name, result in results.items()
+        if (latency_ratio(result.get("variants", {})) or 0.0) > SLOWER_ABOVE
+        and (again or "retime" not in result)
+    )
+
+
+def identical(entries: dict[str, dict[str, Any]]) -> bool:
+    """Whether the two programs' files hash alike (both hashed)."""
+    hashes = [entry.get("sha256") for entry in entries.values()]
+    return len(hashes) == 2 and hashes[0] is not None and hashes[0] == hashes[1]
+
+
+def timed_in_fresh_process(
+    programs: dict[str, tuple[Path, Path | None]], inputs: Path
+) -> dict[str, Any]:
+    """The median ms of each program (``.pte``, ``.ptd`` or None) on the inputs saved at
+    ``inputs`` (``torch.save`` of a list), timed in a process of its own (`main`)."""
+    spec = {
+        "programs": {
+            label: [str(pte), str(ptd) if ptd else None] for label, (pte, ptd) in programs.items()
+        },
+        "inputs": str(inputs),
+    }
+    spec_path = inputs.with_suffix(".json")
+    spec_path.write_text(json.dumps(spec))
+    done = subprocess.run(
+        [sys.executable, "-m", __name__, str(spec_path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMING_TIMEOUT_S,
+        env=dict(os.environ),
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()[-1:] if done.stderr.strip() else []
+        return {"error": f"timing process exited {done.returncode}: {' '.join(tail)[:200]}"}
+    return dict(json.loads(lines[-1]))
+
+
+def _time(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from executorch.runtime import Runtime
+
+    inputs = list(torch.load(spec["inputs"]))
+    runtime = Runtime.get()
+    # The Programs are kept: each Method borrows from its Program.
+    programs = {
+        label: runtime.load_program(Path(pte), data_path=Path(ptd) if ptd else None)
+        for label, (pte, ptd) in spec["programs"].items()
+    }
+    methods = {label: program.load_method("forward") for label, program in programs.items()}
+    labels = list(methods)
+    for _ in range(WARM_UP):
+        for label in labels:
+            methods[label].execute(inputs)
+    load_before = os.getloadavg()
+    samples: dict[str, list[float]] = {label: [] for label in labels}
+    for call in range(CALLS):
+        for label in labels if call % 2 == 0 else reversed(labels):
+            start = time.perf_counter()
+            methods[label].execute(inputs)
+            samples[label].append((time.perf_counter() - start) * 1000)
+    load_after = os.getloadavg()
+    ms = {label: round(sorted(s)[len(s) // 2], 4) for label, s in samples.items()}
+    found: dict[str, Any] = {"ms": ms, "calls": CALLS, "warm_up": WARM_UP}
+    found["loadavg"] = [round(v, 2) for v in (*load_before, *load_after)]
+    if {"xnnfold", "stock"} <= set(ms):
+        found["ratio"] = round(ms["xnnfold"] / ms["stock"], 4)
+    return found
+
+
+def main(argv: list[str]) -> int:
+    """Time the programs of the spec file ``argv[0]``, print the result as one JSON line."""
+    spec = json.loads(Path(argv[0]).read_text())
+    print(json.dumps(_time(spec)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,153 @@
+"""The summary lines of a sweep report: xnnfold over stock in latency (on the retimed
+figure), lowering time, lowering memory and bytes, over every row measured both ways.
+
+Each line reads ``<axis> xnnfold/stock: median M, worst W (class)`` and counts the rows
+left out for want of a measurement (shown "—" in the tables). Bytes: ``larger than
+stock: N rows, A attributed, Z with nothing folded or tied``, each larger row attributed
+to what xnnfold's program holds that stock's does not (`attribution`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable, Optional
+
+from benchmarks.sweeps.engine.retime import latency_ratio, SLOWER_ABOVE
+
+XNNFOLD, STOCK = "xnnfold", "stock"
+# What a row without a measurement shows.
+NONE = "—"
+
+
+def retimed_ratio(result: dict[str, Any]) -> Optional[float]:
+    """xnnfold's latency over stock's on the figure that decides: the retimed one (1 for
+    byte-identical programs), else the sweep's own where it is at most `SLOWER_ABOVE`
+    (nothing to retime); None where a row above it is not retimed yet, or not timed."""
+    retime = result.get("retime", {})
+    if "ratio" in retime:
+        return float(retime["ratio"])
+    ratio = latency_ratio(result.get("variants", {}))
+    return ratio if ratio is not None and ratio <= SLOWER_ABOVE else None
+
+
+def lowering_time_ratio(result: dict[str, Any]) -> Optional[float]:
+    ours, stock = _pair(result)
+    if (
+        "bytes" in ours
+        and "bytes" in stock
+        and ours.get("lower_cpu_s")
+        and stock.get("lower_cpu_s")
+    ):
+        return float(ours["lower_cpu_s"]) / float(stock["lower_cpu_s"])
+    return None
+
+
+def lowering_memory_ratio(result: dict[str, Any]) -> Optional[float]:
+    ours, stock = _pair(result)
+    if ours.get("lower_peak_rss_mib") and stock.get("lower_peak_rss_mib"):
+        return float(ours["lower_peak_rss_mib"]) / float(stock["lower_peak_rss_mib"])
+    return None
+
+
+def _pair(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    variants = result.get("variants", {})
+    return variants.get(XNNFOLD, {}), variants.get(STOCK, {})
+
+
+def larger(result: dict[str, Any]) -> bool:
+    """Whether xnnfold's program (and its data) is larger than stock's."""
+    ours, stock = _pair(result)
+    return "bytes" in ours and "bytes" in stock and ours["bytes"] > stock["bytes"]
+
+
+def attribution(result: dict[str, Any]) -> Optional[str]:
+    """What xnnfold's program holds that stock's does not, where it is larger: its folded
+    GEMMs (`explain`'s growth budget: a folded weight is stored in the delegate's layout,
+    and a folded GEMM may keep a source another op reads), its tied tables' `.ptd` (its
+    header), or None where nothing is folded or tied.
+
+    A row recorded before the tables were counted (no ``tied`` in its entry) with a `.ptd`
+    and nothing folded is attributed to that `.ptd`: a one-method program's decomposed
+    copy was once counted as a second method, which tagged every linear weight for the
+    `.ptd`; swept again, such a row writes stock's bytes."""
+    if not larger(result):
+        return None
+    ours, stock = _pair(result)
+    extra = ours["bytes"] - stock["bytes"]
+    parts = []
+    if ours.get("folded"):
+        parts.append(f"{ours['folded']} folded GEMM(s) (`explain`)")
+    if ours.get("tied"):
+        parts.append(f"{ours['tied']} tied table(s) in a .ptd")
+    elif ours.get("data_files") and "tied" not in ours:
+        parts.append("a .ptd with nothing folded (recorded before the one-method tying fix)")
+    return f"+{extra:,} B: {', '.join(parts)}" if parts else None
+
+
+def _line(
+    label: str,
+    rows: list[dict[str, Any]],
+    ratio: Callable[[dict[str, Any]], Optional[float]],
+    unmeasured: str,
+) -> str:
+    found = sorted((r, row["class"]) for row in rows for r in [ratio(row)] if r is not None)
+    left = len(rows) - len(found)
+    if not found:
+        return f"- {label}: {NONE} (no row measured both ways; {left} {unmeasured})"
+    worst, name = found[-1]
+    return (
+        f"- {label}: median {statistics.median(r for r, _ in found):.2f}, "
+        f"worst {worst:.2f} ({name}), over {len(found)} rows; {left} {unmeasured} ({NONE})"
+    )
+
+
+def summary_lines(results: list[dict[str, Any]]) -> list[str]:
+    """The four summary lines over the rows lowered both ways, and the rows slower than
+    `SLOWER_ABOVE` stock on the retimed figure."""
+    both = [r for r in results if all("bytes" in e for e in _pair(r))]
+    slow = sorted(
+        (r["class"], ratio)
+        for r in both
+        for ratio in [retimed_ratio(r)]
+        if ratio and ratio > SLOWER_ABOVE
+    )
+    larger_rows = [r for r in both if larger(r)]
+    attributed = [r for r in larger_rows if attribution(r)]
+    lines = [
+        _line(
+            "latency xnnfold/stock (retimed)",
+            both,
+            retimed_ratio,
+            f"not timed both ways, or above {SLOWER_ABOVE}x and not retimed yet (`--retime`)",
+        ),
+        _line("lowering time xnnfold/stock", both, lowering_time_ratio, "without both CPU times"),
+        _line(
+            "lowering memory xnnfold/stock",
+            both,
+            lowering_memory_ratio,
+            "without both peaks (recorded before the peak was)",
+        ),
+        f"- larger than stock: {len(larger_rows)} rows, {len(attributed)} attributed, "
+        f"{len(larger_rows) - len(attributed)} with nothing folded or tied",
+    ]
+    if slow:
+        lines.append(
+            f"  - slower than {SLOWER_ABOVE}x stock on the retimed figure: "
+            + ", ".join(f"{name} ({ratio:.2f}x)" for name, ratio in slow)
+        )
+    return lines
+
+
+def larger_lines(results: list[dict[str, Any]]) -> list[str]:
+    """A section listing each larger-than-stock row with its attribution."""
+    rows = sorted((r for r in results if larger(r)), key=lambda r: r["class"])
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Larger than stock",
+        "",
+        "xnnfold's program and data over stock's, and what it holds that stock's does not:",
+        "",
+    ]
+    return lines + [f"- {r['class']}: {attribution(r) or 'nothing folded or tied'}" for r in rows]

@@ -1,0 +1,107 @@
+"""The sweep engine (benchmarks/sweeps/engine) end to end on a toy library
+(`tests.support.toy_sweep`): worker processes screen and lower each class both ways, the
+results resume from their JSONL, the report prints its summary lines; in the full tier,
+`--retime` times the two programs in a fresh process (two more processes, a second
+lowering)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from benchmarks.sweeps.engine.driver import retime, run
+from benchmarks.sweeps.engine.report import report
+from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
+
+from tests.support.toy_sweep import RESULTS_ENV, Toy
+
+pytestmark = pytest.mark.runtime
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Toy, dict[str, dict[str, Any]]]:
+    folder = tmp_path_factory.mktemp("toy-sweep")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(RESULTS_ENV, str(folder))
+        library = Toy()
+        run(
+            library,
+            library.discover(),
+            timeout=120,
+            lowering_timeout=240,
+            jobs=1,
+            compare_all=True,
+            screen_only=False,
+        )
+    return library, read_results(library.results)
+
+
+def test_each_class_gets_its_status(swept: tuple[Toy, dict[str, dict[str, Any]]]) -> None:
+    _, results = swept
+    assert {name: r["status"] for name, r in results.items()} == {
+        "Plain": NO_CANDIDATE,
+        "WeightNormed": COMPUTED,
+        "Unbuildable": SKIPPED,
+    }
+
+
+def test_the_weight_normed_class_is_folded_and_matches_eager(
+    swept: tuple[Toy, dict[str, dict[str, Any]]],
+) -> None:
+    _, results = swept
+    ours, stock = (results["WeightNormed"]["variants"][k] for k in ("xnnfold", "stock"))
+    assert ours["folded"] == 1 and stock["outside"]
+    assert ours["diff"] < 1e-4 and stock["diff"] < 1e-4
+
+
+def test_each_lowering_records_its_peak_rss_and_file_hashes(
+    swept: tuple[Toy, dict[str, dict[str, Any]]],
+) -> None:
+    _, results = swept
+    for entry in results["WeightNormed"]["variants"].values():
+        assert entry["lower_peak_rss_mib"] > 0
+        assert [len(digest) for digest in entry["sha256"]] == [64]
+
+
+def test_a_rerun_resumes_from_the_jsonl(swept: tuple[Toy, dict[str, dict[str, Any]]]) -> None:
+    library, _ = swept
+    lines = library.results.read_text().count("\n")
+    run(
+        library,
+        library.discover(),
+        timeout=60,
+        lowering_timeout=60,
+        jobs=1,
+        compare_all=True,
+        screen_only=False,
+    )
+    assert library.results.read_text().count("\n") == lines
+
+
+def test_the_report_prints_the_four_summary_lines(
+    swept: tuple[Toy, dict[str, dict[str, Any]]],
+) -> None:
+    library, results = swept
+    text = report(library, results, library.discover())
+    for start in (
+        "- latency xnnfold/stock (retimed): ",
+        "- lowering time xnnfold/stock: median ",
+        "- lowering memory xnnfold/stock: median ",
+        "- larger than stock: ",
+    ):
+        assert any(line.startswith(start) for line in text.splitlines()), start
+
+
+@pytest.mark.slow
+def test_retime_times_the_two_programs_in_a_fresh_process(
+    swept: tuple[Toy, dict[str, dict[str, Any]]],
+) -> None:
+    library, _ = swept
+    retime(library, ["WeightNormed"], timeout=120, lowering_timeout=240, memory=8 * 2**30)
+    found = read_results(library.results)["WeightNormed"]["retime"]
+    assert "error" not in found, found
+    assert found["calls"] >= 31 and len(found["loadavg"]) == 6
+    assert found["ratio"] == pytest.approx(found["ms"]["xnnfold"] / found["ms"]["stock"], rel=1e-3)
+    assert json.dumps(found)

@@ -14,6 +14,7 @@ from xnnfold.passes.fold._hook import (
 )
 from xnnfold.passes.fold._pass import FoldComputedWeightsPass
 from xnnfold.passes.partition._configs import (
+    folding_configs,
     FOLDING_GEMM_CONFIGS,
     FoldingAddmmConfig,
     FoldingConvolutionConfig,
@@ -21,7 +22,7 @@ from xnnfold.passes.partition._configs import (
     FoldingMMConfig,
 )
 from xnnfold.passes.partition._facts import CrossMethodFacts
-from xnnfold.passes.partition._partitioner import folding_configs, XnnpackFoldingPartitioner
+from xnnfold.passes.partition._partitioner import XnnpackFoldingPartitioner
 
 __all__ = [
     "CrossMethodFacts",

@@ -229,16 +229,16 @@ def test_a_query_fills_only_the_cache_it_is_given() -> None:
     ep = _weight_norm_linear_program()
     given, other = new_analysis_cache(), new_analysis_cache()
     constant_map(ep, cache=given)
-    assert ep.graph in given and ep.graph not in other
+    assert ep in given and ep not in other
     constant_map(ep, cache=None)
-    assert ep.graph not in other
+    assert ep not in other
 
 
 def test_two_partitioners_do_not_share_constant_maps() -> None:
     first, second = XnnpackFoldingPartitioner(), XnnpackFoldingPartitioner()
     ep = _weight_norm_linear_program()
     first.ops_to_not_decompose(ep)
-    assert ep.graph in first._analysis and ep.graph not in second._analysis
+    assert ep in first._analysis and ep not in second._analysis
 
 
 @pytest.fixture
@@ -260,10 +260,11 @@ class _ManyGemms(nn.Module):
 @pytest.mark.runtime
 @pytest.mark.parametrize("keep_filter", [False, True])
 def test_one_lowering_sweeps_each_graph_once(keep_filter: bool, sweeps: list[int]) -> None:
-    """Every query of one lowering, the filter executorch calls after
-    ops_to_not_decompose returned included, reads the partitioner's cached maps: one
-    sweep per graph (the ATen program, the edge program, the delegate's copy), not one
-    per GEMM."""
+    """Every query of one of executorch's calls, the filter executorch calls after
+    ops_to_not_decompose returned included, reads that call's cached maps: one sweep per
+    question (the ATen program asked for its ops and again whether it gives a filter, the
+    program decomposed with that filter, the edge program, the delegate's copy), not one
+    per GEMM (six here)."""
     torch.manual_seed(0)
     model = prepare_for_xnnpack(_ManyGemms().eval())
     ep = torch.export.export(model, (torch.randn(2, 8),))
@@ -271,7 +272,7 @@ def test_one_lowering_sweeps_each_graph_once(keep_filter: bool, sweeps: list[int
     edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
     edge.to_executorch()
     assert summarize(edge).fully_delegated
-    assert 1 <= len(sweeps) <= 4, sweeps
+    assert 1 <= len(sweeps) <= 5, sweeps
 
 
 def test_a_query_given_no_cache_sweeps_the_graph_once(sweeps: list[int]) -> None:

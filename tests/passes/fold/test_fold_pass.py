@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import Any
 
 import pytest
 import torch
+from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.delegate import executorch_call_delegate
+from torch import nn
 from torch.export import ExportedProgram
+from torch.nn.utils.parametrizations import weight_norm
 
-from xnnfold import FoldComputedWeightsPass
+from xnnfold import (
+    CrossMethodFacts,
+    FoldComputedWeightsPass,
+    prepare_for_xnnpack,
+    XnnpackFoldingPartitioner,
+)
 from xnnfold._meta import FOLD_META_KEY
 from xnnfold.passes import FoldOptions
 from xnnfold.passes._marks import fold_mark_of, FoldMark
+from xnnfold.passes.fold._placeholders import ConstantPlaceholders
 
 from tests._lowering import fixture_by_name, lower_stock, lowered_folding
 
@@ -149,3 +159,27 @@ def test_declines_loudly_a_marked_computation_whose_intermediate_is_read_elsewhe
     _add_reader(ep, intermediate)
     with pytest.raises(RuntimeError, match="also used by"):
         FoldComputedWeightsPass(ep)(ep.graph_module)
+
+
+@pytest.mark.runtime
+def test_frees_a_source_once_its_last_reader_is_folded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The delegate's sources are dropped fold by fold, not all at the end: the sources
+    and the folded weights of a large delegate never sit in memory together."""
+    torch.manual_seed(0)
+    model = nn.Sequential(weight_norm(nn.Linear(4, 4)), weight_norm(nn.Linear(4, 4)))
+    exported = torch.export.export(prepare_for_xnnpack(model.eval()), (torch.randn(2, 4),))
+    edge = to_edge_transform_and_lower(
+        exported, partitioner=[XnnpackFoldingPartitioner(facts=CrossMethodFacts())]
+    )
+    ep = _delegate_program(edge)
+    held: list[int] = []
+    real = ConstantPlaceholders.add
+
+    def add(self: ConstantPlaceholders, **kwargs: Any) -> torch.fx.Node:
+        held.append(sum("original" in key for key in self.ep.state_dict))
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(ConstantPlaceholders, "add", add)
+    assert FoldComputedWeightsPass(ep)(ep.graph_module).modified
+    # Each linear's weight reads its own g and v: the second fold finds the first's gone.
+    assert held == [4, 2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from typing import Any, Callable, Iterator
 
@@ -14,7 +15,7 @@ from torch import nn
 import xnnfold
 from xnnfold.passes.fold import _hook
 
-from tests._lowering import lower_stock
+from tests._lowering import lower_stock, lowered_folding
 
 
 @pytest.fixture
@@ -145,3 +146,22 @@ def test_wrapper_keeps_the_stock_signature(stock_preprocess: object) -> None:
     xnnfold.install_preprocess_hook()
     assert XnnpackBackend.preprocess.__wrapped__ is stock_preprocess.__func__  # type: ignore[attr-defined]
     xnnfold.uninstall_preprocess_hook()
+
+
+@pytest.mark.runtime
+def test_a_folded_copy_lets_go_of_its_constants_once_serialized(
+    stock_preprocess: object,
+) -> None:
+    """executorch keeps each delegate's private copy until the last delegate is
+    preprocessed: a folded copy drops its constants as soon as its own bytes exist."""
+    edge = lowered_folding("weight_norm_dim0-conv1d").edge
+    (lowered,) = get_lowered_submodules(edge.exported_program().graph_module)
+    ep = copy.deepcopy(lowered[1].original_module)
+    assert ep.state_dict
+    xnnfold.install_preprocess_hook()
+    try:
+        result = XnnpackBackend.preprocess(ep, [])
+    finally:
+        xnnfold.uninstall_preprocess_hook()
+    assert result.processed_bytes
+    assert not ep.state_dict and not ep.constants

@@ -1,9 +1,16 @@
-"""Where the per-graph analysis is kept: one `ConstantMap` per graph, in an `AnalysisCache`
-its owner holds and hands to every query it asks (the partitioner to its ATen plan, its
-configs and the decomposition filter executorch calls later; the fold pass to its own
-queries). So no map outlives its owner, two concurrent lowerings never share one, and
-nothing reaches a query but its arguments. A query asked with no cache sweeps into one of
-its own, which lasts for that call (`own_cache`)."""
+"""Where the per-program analysis is kept: one `ConstantMap` per program, in an
+`AnalysisCache` that lives for one stage and is handed to every query of that stage.
+
+A stage is one question asked of a program that nothing edits while it is answered: one
+call executorch makes on the partitioner (its ATen plan, its configs and the
+decomposition filter executorch calls after the answer, which judges the program as it
+was asked about), one run of the fold pass before it rewrites. The owner starts a new
+cache at each stage boundary, so a map is never checked against the graph it describes:
+an edit between two questions (one node replaced by another, the count unchanged) is
+seen by the next question because that question sweeps anew. No map outlives its stage's
+owner, two concurrent lowerings never share one, and nothing reaches a query but its
+arguments. A query asked with no cache sweeps into one of its own, which lasts for that
+call (`own_cache`)."""
 
 from __future__ import annotations
 
@@ -11,7 +18,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
-from torch.fx import Graph
+from torch.export import ExportedProgram
 
 from xnnfold.passes.analysis._growth import Ledger
 
@@ -24,16 +31,15 @@ __all__ = [
 
 
 # The maps are keyed by node name, not by Node: a Node refers to its graph, so a value
-# holding Nodes would keep its weak key alive and leak every graph ever analysed.
+# holding Nodes would keep its weak key (the program) alive and leak every program ever
+# analysed.
 
 
 @dataclass
 class ConstantMap:
-    """What one sweep of a graph found (`_constants.constant_map`), valid while the graph
-    keeps its node count and its signature object."""
+    """What one sweep of a program found (`_constants.constant_map`): valid for the stage
+    that swept it, in which nothing edits the program."""
 
-    node_count: int
-    signature: object
     constant: dict[str, bool]
     culprit: dict[str, str]
     # Constant nodes whose every use ends in GEMM weights or biases: a source shared only
@@ -51,11 +57,12 @@ class ConstantMap:
     ledgers: dict[object, Ledger] = field(default_factory=dict)
 
 
-# The constant maps of one owner (a partitioner, a fold pass), by graph.
-AnalysisCache = weakref.WeakKeyDictionary[Graph, ConstantMap]
+# One stage's constant maps, by program (its identity: `ExportedProgram` compares by id).
+AnalysisCache = weakref.WeakKeyDictionary[ExportedProgram, ConstantMap]
 
 
 def new_analysis_cache() -> AnalysisCache:
+    """An empty cache: start one at each stage boundary."""
     return weakref.WeakKeyDictionary()
 
 

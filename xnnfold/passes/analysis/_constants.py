@@ -145,15 +145,12 @@ def weight_only_of(
 
 
 def constant_map(ep: ExportedProgram, *, cache: Optional[AnalysisCache]) -> ConstantMap:
-    """The sweep of ``ep``'s graph: from ``cache`` while it is valid, else swept and kept
-    there (None: swept for this call alone)."""
+    """The sweep of ``ep``'s graph: from ``cache`` (one stage's, in which ``ep`` is not
+    edited) where it was swept there before, else swept and kept there (None: swept for
+    this call alone)."""
     graph = ep.graph
-    cached = cache.get(graph) if cache is not None else None
-    if (
-        cached is not None
-        and cached.node_count == len(graph.nodes)
-        and cached.signature is ep.graph_signature
-    ):
+    cached = cache.get(ep) if cache is not None else None
+    if cached is not None:
         return cached
     constant: dict[str, bool] = {}
     culprit: dict[str, str] = {}
@@ -178,8 +175,6 @@ def constant_map(ep: ExportedProgram, *, cache: Optional[AnalysisCache]) -> Cons
     weight_only = _weight_only_sweep(graph, constant, frozenset())
     order = {node.name: i for i, node in enumerate(graph.nodes)}
     result = ConstantMap(
-        len(graph.nodes),
-        ep.graph_signature,
         constant,
         culprit,
         weight_only,
@@ -187,7 +182,7 @@ def constant_map(ep: ExportedProgram, *, cache: Optional[AnalysisCache]) -> Cons
         constant_fqns(ep),
     )
     if cache is not None:
-        cache[graph] = result
+        cache[ep] = result
     return result
 
 

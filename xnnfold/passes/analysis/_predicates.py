@@ -163,10 +163,10 @@ def _walked_nodes_rule(
 ) -> Optional[Rejection]:
     """XNF501 again, node by node over the walked computation.
 
-    The constant map is cached per graph and node count, so a rewrite that keeps the
-    count (an argument or a target replaced in place) would leave it stale. The nodes
-    walked are re-checked here, so a stale map can only decline a fold, never fold
-    something computed at run time.
+    The constant map is kept for a stage in which nothing edits the program; a caller
+    that edits it within one (an argument or a target replaced in place) and asks again
+    with the same cache reads a stale map. The nodes walked are re-checked here, so a
+    stale map can only decline a fold, never fold something computed at run time.
     """
     for node in closure:
         if node.op == "placeholder":

@@ -86,10 +86,17 @@ def _make_wrapper(
     ) -> PreprocessResult:
         # executorch hands preprocess a private deep copy of the delegate's program, so
         # folding in place rewrites nothing that anyone else sees.
-        if has_fold_marks(edge_program):
-            FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
-            ExactTanhGeluPass(edge_program)(edge_program.graph_module)
-        return original(edge_program, compile_specs)
+        if not has_fold_marks(edge_program):
+            return original(edge_program, compile_specs)
+        FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
+        ExactTanhGeluPass(edge_program)(edge_program.graph_module)
+        result = original(edge_program, compile_specs)
+        # Its constants are serialized into the result: executorch keeps every copy
+        # until the last delegate is preprocessed, so the folded weights would sit
+        # beside their bytes that long.
+        edge_program.state_dict.clear()
+        edge_program.constants.clear()
+        return result
 
     _OUR_FUNCTIONS.add(preprocess)
     wrapper = staticmethod(preprocess)

@@ -29,6 +29,7 @@ from xnnfold._upstream import exir_ops, XNNPACKPass
 from xnnfold.passes._marks import fold_mark_of, FoldMark, tanh_gelu_mark_of
 from xnnfold.passes._ops import EDGE_GEMM_ARGS
 from xnnfold.passes.analysis import (
+    AnalysisCache,
     computation_key,
     decide,
     is_matrix_transpose,
@@ -150,10 +151,10 @@ class FoldComputedWeightsPass(XNNPACKPass):
 
     def __init__(self, exported_program: ExportedProgram) -> None:
         super().__init__(exported_program)
-        # This pass's own constant maps (the delegate's program is a private copy).
-        self._analysis = new_analysis_cache()
 
-    def _computations(self, marked: dict[Node, FoldMark]) -> list[WeightComputation]:
+    def _computations(
+        self, marked: dict[Node, FoldMark], cache: AnalysisCache
+    ) -> list[WeightComputation]:
         ep = self.exported_program
         found: list[WeightComputation] = []
         for node, mark in marked.items():
@@ -170,7 +171,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     arg_positions=positions,
                     options=mark.options,
                     stage=Stage.DELEGATE,
-                    cache=self._analysis,
+                    cache=cache,
                 )
                 if verdict is None:
                     continue
@@ -257,7 +258,10 @@ class FoldComputedWeightsPass(XNNPACKPass):
         ep = self.exported_program
         graph = graph_module.graph
         marked = {node: mark for node in graph.nodes if (mark := fold_mark_of(node)) is not None}
-        computations = self._computations(marked)
+        # One call's constant maps, swept before anything is rewritten: the stage ends
+        # with the rewrite.
+        cache = new_analysis_cache()
+        computations = self._computations(marked, cache)
         scaled = [
             node for node, mark in marked.items() if node.op == "call_function" and mark.scales
         ]
@@ -270,7 +274,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
         memo: dict[Node, object] = {}
         keys = [
             (
-                computation_key(c, memo, ep, cache=self._analysis),
+                computation_key(c, memo, ep, cache=cache),
                 c.gemm if _reshaped_in_place(c) else None,
             )
             for c in computations
@@ -296,6 +300,7 @@ class FoldComputedWeightsPass(XNNPACKPass):
                     removed.add(node)
             for source in computation.sources:
                 if source not in removed and not source.users:
+                    constants.release(source)
                     dead_sources.append(source)
                     removed.add(source)
 

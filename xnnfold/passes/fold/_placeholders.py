@@ -62,9 +62,19 @@ class ConstantPlaceholders:
         self._fqns[placeholder.name] = placeholder.name
         return placeholder
 
+    def release(self, source: Node) -> None:
+        """Drop the data of ``source``, a constant placeholder nothing reads any more, at
+        once: the delegate's program is a private copy, so its sources' bytes are freed
+        while the next folds add theirs, rather than all at the end. `delete` erases the
+        placeholder later."""
+        fqn = self._fqns.get(source.name)
+        if fqn is not None:
+            self.ep.state_dict.pop(fqn, None)
+            self.ep.constants.pop(fqn, None)
+
     def delete(self, sources: list[Node]) -> None:
-        """Erase ``sources`` (placeholders nothing reads), their data and their signature
-        entries."""
+        """Erase ``sources`` (placeholders nothing reads), their data (where `release`
+        has not dropped it) and their signature entries."""
         if not sources:
             return
         ep = self.ep
@@ -77,9 +87,9 @@ class ConstantPlaceholders:
             elif spec.kind == InputKind.PARAMETER or (
                 spec.kind == InputKind.BUFFER and spec.persistent
             ):
-                del ep.state_dict[spec.target]
+                ep.state_dict.pop(spec.target, None)
             elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-                del ep.constants[spec.target]
+                ep.constants.pop(spec.target, None)
             else:
                 raise RuntimeError(
                     f"xnnfold: cannot delete input '{spec.arg.name}' of the delegate: it is "

@@ -20,7 +20,7 @@ from typing import Callable, cast, MutableMapping, Optional, Sequence
 
 import torch
 from torch.export import ExportedProgram
-from torch.fx import Graph, Node
+from torch.fx import Node
 from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 
 from xnnfold._meta import VAL_META_KEY
@@ -191,7 +191,7 @@ _ATEN_DECONVOLUTIONS = frozenset(
 @dataclass(frozen=True)
 class AtenPlan:
     """What the ATen program's GEMMs will do, by node name (a Node refers to its graph
-    and would keep the weak key below alive): the ops of foldable weight computations
+    and would keep the weak key below, its program, alive): the ops of foldable weight computations
     that must be kept from decomposition, and the GEMMs that will not fold, whose
     computed weights and biases therefore keep reading their sources."""
 
@@ -199,8 +199,9 @@ class AtenPlan:
     not_folding: frozenset[str]
 
 
-# A cache of plans by graph, owned by the caller (one partitioner): (key, plan).
-PlanCache = MutableMapping[Graph, tuple[object, AtenPlan]]
+# One stage's plans by program, owned by the caller (one partitioner, which starts a new
+# cache at each of executorch's calls, as it does its `AnalysisCache`): (key, plan).
+PlanCache = MutableMapping[ExportedProgram, tuple[object, AtenPlan]]
 
 
 def aten_plan(
@@ -219,17 +220,16 @@ def aten_plan(
     fully-connected weight or bias folds (the stock configs take them at run time then).
     ``configs`` names the folding configs the partitioner has (``target_name``): a GEMM
     none of them takes keeps no op. ``cache`` keeps the ladder's sweeps of the graph;
-    ``plans`` (a weak mapping the caller owns) the last plan per graph, reused while the
-    graph's node count and the arguments are unchanged."""
+    ``plans`` (a weak mapping the caller owns, for one stage in which ``ep`` is not
+    edited) the last plan per program, reused while the arguments are unchanged."""
     graph = ep.graph
     key = (
-        len(graph.nodes),
         options,
         force_non_static_weights,
         configs,
         facts,
     )
-    cached = plans.get(graph) if plans is not None else None
+    cached = plans.get(ep) if plans is not None else None
     if cached is not None and cached[0] == key:
         return cached[1]
     preserved: dict[str, OpOverload] = {}
@@ -272,7 +272,7 @@ def aten_plan(
         preserved.update(_kept_ops(computations))
     plan = AtenPlan(preserved, frozenset(not_folding))
     if plans is not None:
-        plans[graph] = (key, plan)
+        plans[ep] = (key, plan)
     return plan
 
 

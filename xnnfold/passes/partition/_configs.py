@@ -40,6 +40,7 @@ from xnnfold.passes.analysis import (
 from xnnfold.passes.partition._folding_config import FoldingGEMMMixin
 
 __all__ = [
+    "folding_configs",
     "check_replacements",
     "FoldingAddmmConfig",
     "FoldingConvolutionConfig",
@@ -204,3 +205,10 @@ def check_replacements() -> None:
                 f"{stock.target_name!r} to replace it, but has {folding.target_name!r}; "
                 "the installed executorch changed how its GEMM configs are named"
             )
+
+
+def folding_configs(
+    configs: Sequence[type[XNNPartitionerConfig]],
+) -> list[type[XNNPartitionerConfig]]:
+    """``configs`` with each stock GEMM config replaced by its folding version."""
+    return [FOLDING_GEMM_CONFIGS.get(config, config) for config in configs]

@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 import weakref
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Union
 
 from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
 from executorch.backends.xnnpack.partition.config.xnnpack_config import (
@@ -65,7 +65,7 @@ from xnnfold.passes.partition._argument_checks import argument_declines, checked
 from xnnfold.passes.partition._asked import AskedConstants
 from xnnfold.passes.partition._aten_plan import aten_plan, AtenPlan, PlanCache
 from xnnfold.passes.partition._aten_stage import note_method, ops_to_keep
-from xnnfold.passes.partition._configs import check_replacements, FOLDING_GEMM_CONFIGS
+from xnnfold.passes.partition._configs import check_replacements, folding_configs
 from xnnfold.passes.partition._decompositions import kept_for_folds
 from xnnfold.passes.partition._facts import CrossMethodFacts, facts_for_new_partitioner
 from xnnfold.passes.partition._findings import Findings, NO_FINDINGS
@@ -81,7 +81,7 @@ from xnnfold.passes.partition._outcome import (
 from xnnfold.passes.partition._tied_tagging import tag_tied_tables
 from xnnfold.passes.report._reasons import collect_why_reasons
 
-__all__ = ["XnnpackFoldingPartitioner", "folding_configs"]
+__all__ = ["XnnpackFoldingPartitioner"]
 
 # What executorch's `ExportedProgram.dialect` says of the programs it asks about before
 # decomposition (after lowering it asks again, about "EDGE" programs).
@@ -92,13 +92,6 @@ logger = logging.getLogger(PARTITIONER_LOGGER)
 # The config keywords of the stock partitioner that this one reads too.
 FORCE_NON_STATIC_WEIGHTS_OPTION = "force_non_static_weights_for_f32_linear"
 ENABLE_BF16_OPTION = "enable_bf16"
-
-
-def folding_configs(
-    configs: Sequence[type[XNNPartitionerConfig]],
-) -> list[type[XNNPartitionerConfig]]:
-    """``configs`` with each stock GEMM config replaced by its folding version."""
-    return [FOLDING_GEMM_CONFIGS.get(config, config) for config in configs]
 
 
 class XnnpackFoldingPartitioner(XnnpackPartitioner):
@@ -218,8 +211,8 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         # The thread this instance serves (set on first use): its caches and the tensors
         # below are one lowering's at a time.
         self._thread: Optional[int] = None
-        # This partitioner's ATen plans and constant maps by graph (each graph is asked
-        # about many times), handed to every query it asks and to the configs it builds.
+        # The current stage's ATen plans and constant maps by program, handed to every
+        # query it asks and to the configs it builds (`_start_stage`).
         self._plans: PlanCache = weakref.WeakKeyDictionary()
         self._analysis = new_analysis_cache()
         # The tensors behind each constant FQN this partitioner was asked about: the keys
@@ -245,6 +238,12 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """The `CrossMethodFacts` this partitioner shares with the other partitioners of
         each lowering it serves."""
         return self._facts
+
+    def _start_stage(self) -> None:
+        """Fresh caches for each executorch call (the program may have been edited)."""
+        self._serve_this_thread()
+        self._plans = weakref.WeakKeyDictionary()
+        self._analysis = new_analysis_cache()
 
     def _serve_this_thread(self) -> None:
         thread = threading.get_ident()
@@ -281,7 +280,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def get_matched_nodes_from_configs(self, ep: ExportedProgram) -> list[list[Node]]:
         """executorch's grouping of every config's partition, repeated until every fold
         it accepts still holds (`matched_to_fixed_point`). Writes nothing."""
-        self._serve_this_thread()
+        self._start_stage()
         facts = self._asked.program_facts(self._facts)
         return self._matched(ep, facts, kept_for_folds(ep)).groups
 
@@ -293,7 +292,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
     def generate_partitions(self, ep: ExportedProgram) -> list[Partition]:
         """The partitions `partition` tags (`partitions_of` the final matching). Writes
         nothing: `partition` writes the outcome."""
-        self._serve_this_thread()
+        self._start_stage()
         partitions, _ = self._partitions(
             ep, self._asked.program_facts(self._facts), kept_for_folds(ep)
         )
@@ -318,7 +317,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         method does with its constants to the lowering's `CrossMethodFacts`
         (`note_method`).
         """
-        self._serve_this_thread()
+        self._start_stage()
         facts = self._facts
         if ep.dialect == _ATEN_DIALECT:
             tensors = self._asked.remember(ep)
@@ -357,7 +356,7 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         """The stock partition (the tagging `XnnpackPartitioner.partition` does) of this
         partitioner's final matching, with the fold marks and reasons written from what
         it found (`_outcome`)."""
-        self._serve_this_thread()
+        self._start_stage()
         warn_if_deprecated_to_backend(self)
         facts = self._facts
         # Every method's question has been asked (`_facts`): this lowering's facts are in.
@@ -396,4 +395,6 @@ class XnnpackFoldingPartitioner(XnnpackPartitioner):
         )
         if self.tie_tables:
             tag_tied_tables(exported_program, tables)
+        # executorch rewrites the program next: this stage's maps end here.
+        self._start_stage()
         return result

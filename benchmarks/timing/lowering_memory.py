@@ -1,0 +1,221 @@
+"""Peak memory and time of one lowering, stock against xnnfold, each in its own process.
+
+A model of a sweep is built as that sweep builds it (``timm:NAME`` with
+`timm_sweep.Timm`, ``transformers:MODULE:CLASS`` with `transformers_sweep.Transformers`:
+random weights, the sweep's config and input) and exported as the sweep's worker exports
+it (xnnfold's program through `xnnfold.prepare_for_xnnpack`). Each lowering then runs in
+a fresh subprocess: `to_edge_transform_and_lower` through `XnnpackPartitioner` or
+`XnnpackFoldingPartitioner` (``tie_tables=True``, as the sweep lowers), then
+``to_executorch()`` and `xnnfold.save`, the span the sweep's ``lower_s`` times. The
+subprocess reports its peak resident set (``VmHWM``, MiB, which includes building and
+exporting the model: the same for both partitioners but for ``prepare_for_xnnpack``),
+what the lowering added to the resident set at its peak over what the export left
+(``lower_peak``), and the lowering's wall and CPU seconds. Lowerings alternate
+stock/xnnfold, starting with each in turn; the medians and the ratios xnnfold/stock are
+printed last.
+
+    PYTHONPATH=. /work/venvs/timm/bin/python benchmarks/timing/lowering_memory.py timm:eca_nfnet_l1
+    PYTHONPATH=. python benchmarks/timing/lowering_memory.py --runs 3 \\
+        transformers:transformers.models.speecht5.modeling_speecht5:SpeechT5ForSpeechToText
+    PYTHONPATH=. python benchmarks/timing/lowering_memory.py --memory-gib 8 timm:nfnet_f5
+    PYTHONPATH=. python benchmarks/timing/lowering_memory.py --profile 25 timm:beit_base_patch16_224
+
+``--memory-gib`` caps each subprocess's address space (``RLIMIT_AS``) as the sweep's
+``--worker-memory`` does; ``--profile N`` runs each lowering once more under cProfile and
+prints its N top entries by cumulative and by own time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+STOCK, XNNFOLD = "stock", "xnnfold"
+_MIB = 2**20
+
+
+def _status_mib(key: str) -> float:
+    """A ``/proc/self/status`` figure (``VmHWM``, ``VmRSS``) in MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name == key:
+            return int(value.split()[0]) / 1024
+    raise KeyError(key)
+
+
+def _reset_peak() -> bool:
+    """Reset this process's ``VmHWM`` to its current RSS (Linux 4.0+), so that the peak
+    read afterwards is the lowering's own; False where the kernel does not allow it."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _built(model: str) -> tuple[Any, tuple[Any, ...]]:
+    """The sweep's wrapped module and positional inputs for ``model``."""
+    sys.path.insert(0, str(HERE))
+    from _sweep._screen import positional
+
+    library_name, _, rest = model.partition(":")
+    if library_name == "timm":
+        import timm.models._registry as registry
+        from timm_sweep import Timm
+
+        built = Timm().build(f"timm.models.{registry._model_to_module[rest]}", rest)
+    elif library_name == "transformers":
+        from transformers_sweep import Transformers
+
+        group, _, name = rest.rpartition(":")
+        built = Transformers().build(group, name)
+    else:
+        raise SystemExit(
+            f"lowering_memory: {model!r}: expected timm:NAME or transformers:MODULE:CLASS"
+        )
+    names = list(built.inputs)
+    return positional(built.model, names), tuple(built.inputs.values())
+
+
+def _lower_here(model: str, label: str, memory_gib: float, profile: int) -> dict[str, Any]:
+    """One lowering in this process: what `main` prints for it."""
+    import gc
+    import resource
+
+    if memory_gib:
+        limit = int(memory_gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    import xnnfold
+
+    torch.set_num_threads(1)
+    wrapped, args = _built(model)
+    module = xnnfold.prepare_for_xnnpack(wrapped) if label == XNNFOLD else wrapped
+    ep = torch.export.export(module, args, strict=False)
+    del module
+    gc.collect()
+    partitioner = (
+        xnnfold.XnnpackFoldingPartitioner(tie_tables=True, facts=xnnfold.CrossMethodFacts())
+        if label == XNNFOLD
+        else XnnpackPartitioner()
+    )
+    before = _status_mib("VmRSS")
+    reset = _reset_peak()
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="lowering-memory-") as directory:
+        profiler = None
+        if profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+            files = xnnfold.save(edge.to_executorch(), Path(directory) / "model.pte")
+            result["bytes"] = sum(path.stat().st_size for path in files)
+        except MemoryError as error:
+            result["error"] = f"MemoryError: {error}"
+        except RuntimeError as error:
+            result["error"] = f"RuntimeError: {str(error)[:200]}"
+        result["lower_s"] = round(time.perf_counter() - wall, 2)
+        result["lower_cpu_s"] = round(time.process_time() - cpu, 2)
+        if profiler is not None:
+            import io
+            import pstats
+
+            profiler.disable()
+            for order in ("cumulative", "tottime"):
+                out = io.StringIO()
+                pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(profile)
+                result[f"profile_{order}"] = out.getvalue()
+            # xnnfold's own functions, whatever their rank among executorch's.
+            out = io.StringIO()
+            stats = pstats.Stats(profiler, stream=out).sort_stats("cumulative")
+            stats.print_stats("xnnfold/", profile)
+            result["profile_xnnfold"] = out.getvalue()
+    result["peak_mib"] = round(_status_mib("VmHWM"))
+    if reset:
+        result["lower_peak_mib"] = round(result["peak_mib"] - before)
+    result["maxrss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return result
+
+
+def _one(model: str, label: str, memory_gib: float, profile: int) -> dict[str, Any]:
+    """One lowering in a fresh subprocess."""
+    command = [sys.executable, __file__, "--child", label, "--memory-gib", str(memory_gib)]
+    command += ["--profile", str(profile), model]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = done.stderr.strip().splitlines()[-3:]
+        return {"error": f"exit {done.returncode}: {' | '.join(tail)}"}
+    return json.loads(lines[-1])
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", help="timm:NAME or transformers:MODULE:CLASS")
+    parser.add_argument("--runs", type=int, default=1, help="lowerings per partitioner")
+    parser.add_argument("--memory-gib", type=float, default=0.0, help="RLIMIT_AS (0: none)")
+    parser.add_argument("--profile", type=int, default=0, help="top N cProfile entries")
+    parser.add_argument("--only", choices=(STOCK, XNNFOLD), help="one partitioner only")
+    parser.add_argument("--child", choices=(STOCK, XNNFOLD), help=argparse.SUPPRESS)
+    options = parser.parse_args()
+    if options.child:
+        print(
+            json.dumps(
+                _lower_here(options.model, options.child, options.memory_gib, options.profile)
+            )
+        )
+        return 0
+    labels = [options.only] if options.only else [STOCK, XNNFOLD]
+    found: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
+    for run in range(options.runs):
+        for label in labels if run % 2 == 0 else list(reversed(labels)):
+            result = _one(options.model, label, options.memory_gib, 0)
+            found[label].append(result)
+            shown = {k: v for k, v in result.items() if not k.startswith("profile")}
+            print(f"{label:8} run {run + 1}: {json.dumps(shown)}", flush=True)
+    if options.profile:
+        for label in labels:
+            result = _one(options.model, label, options.memory_gib, options.profile)
+            for order in ("cumulative", "tottime", "xnnfold"):
+                print(f"\n=== {label}: cProfile by {order} ===")
+                print(result.get(f"profile_{order}", result.get("error", "")))
+    keys = ("peak_mib", "lower_peak_mib", "lower_s", "lower_cpu_s")
+    medians = {
+        label: {
+            key: _median([r[key] for r in results if key in r and "error" not in r]) for key in keys
+        }
+        for label, results in found.items()
+    }
+    for label, values in medians.items():
+        print(f"{label:8} median: " + ", ".join(f"{k} {v:g}" for k, v in values.items()))
+    if len(labels) == 2:
+        ratios = {
+            key: medians[XNNFOLD][key] / medians[STOCK][key]
+            for key in keys
+            if medians[STOCK][key] and medians[STOCK][key] == medians[STOCK][key]
+        }
+        print("xnnfold/stock: " + ", ".join(f"{k} {v:.3f}x" for k, v in ratios.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -178,10 +178,31 @@ class ProjectedOperand(nn.Module):
         return q @ (self.k(x) * 2.0).t()
 
 
+class GemmOperand(nn.Module):
+    """``a @ v(x)``: the operand is another GEMM's output itself, as attention's values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(13)
+        self.v = nn.Linear(IN, IN)
+
+    def forward(self, a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return a @ self.v(x)
+
+
 @pytest.mark.slow
-def test_an_operand_another_gemm_projects_is_partitioned_as_stock_partitions_it() -> None:
-    model = ProjectedOperand().eval()
-    inputs = (torch.randn(4, IN), torch.randn(6, IN))
+@pytest.mark.parametrize(
+    ("model", "inputs"),
+    [
+        (ProjectedOperand(), (torch.randn(4, IN), torch.randn(6, IN))),
+        (GemmOperand(), (torch.randn(4, IN), torch.randn(IN, IN))),
+    ],
+    ids=["through-an-op", "a-gemm-output"],
+)
+def test_an_operand_another_gemm_projects_is_partitioned_as_stock_partitions_it(
+    model: nn.Module, inputs: tuple[torch.Tensor, ...]
+) -> None:
+    model.eval()
     ours = _lower(model, inputs, xnnfold.XnnpackFoldingPartitioner()).to_executorch().buffer
     stock = _lower(model, inputs, XnnpackPartitioner()).to_executorch().buffer
     assert ours == stock

@@ -314,7 +314,7 @@ def per_sample_weight(rejection: Rejection, ep: ExportedProgram) -> bool:
     user_inputs = set(signature.user_inputs)
 
     def up_to_gemms(node: Node) -> list[Node]:
-        if node.op == "placeholder" or (node is not root and is_gemm(node)):
+        if node.op == "placeholder" or is_gemm(node):
             return []
         return node.all_input_nodes
 

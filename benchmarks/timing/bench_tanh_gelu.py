@@ -11,6 +11,8 @@ both `.pte`s through `executorch.runtime` against eager, and times them interlea
   activation is ``gelu_pytorch_tanh``), prefill of ``--tokens`` tokens;
 - ``siglip``: SigLIP's vision tower (`SiglipVisionModel`, ``gelu_pytorch_tanh``), one
   224 x 224 image;
+- ``mbconv``: MaxViT's convolution block alone (1x1 conv, tanh GELU, depthwise 3x3,
+  tanh GELU, 1x1 conv), 64 to 256 channels on a 56 x 56 map;
 - ``maxvit``: timm's ``maxvit_tiny_tf_224`` (tanh GELU), one 224 x 224 image; needs timm
   (and a torchvision that loads beside torch).
 
@@ -87,6 +89,27 @@ def _siglip(_: int) -> tuple[torch.nn.Module, tuple[Any, ...]]:
     return Pooled(), (torch.randn(1, 3, 224, 224),)
 
 
+def _mbconv(_: int) -> tuple[torch.nn.Module, tuple[Any, ...]]:
+    """MaxViT's convolution block shape: 1x1 conv, tanh GELU, depthwise 3x3, tanh GELU,
+    1x1 conv, on a 56 x 56 map: the GELUs run in XNNPACK's channels-last region."""
+
+    class MBConv(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.expand = torch.nn.Conv2d(64, 256, 1)
+            self.depthwise = torch.nn.Conv2d(256, 256, 3, padding=1, groups=256)
+            self.project = torch.nn.Conv2d(256, 64, 1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            gelu = torch.nn.functional.gelu
+            hidden = gelu(
+                self.depthwise(gelu(self.expand(x), approximate="tanh")), approximate="tanh"
+            )
+            return x + self.project(hidden)
+
+    return MBConv(), (torch.randn(1, 64, 56, 56),)
+
+
 def _maxvit(_: int) -> tuple[torch.nn.Module, tuple[Any, ...]]:
     import timm
 
@@ -96,6 +119,7 @@ def _maxvit(_: int) -> tuple[torch.nn.Module, tuple[Any, ...]]:
 MODELS: dict[str, Callable[[int], tuple[torch.nn.Module, tuple[Any, ...]]]] = {
     "gemma": _gemma,
     "siglip": _siglip,
+    "mbconv": _mbconv,
     "maxvit": _maxvit,
 }
 
@@ -147,7 +171,9 @@ def measure(name: str, *, runs: int, warmup: int, tokens: int) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=["gemma", "siglip"])
+    parser.add_argument(
+        "--models", nargs="+", choices=sorted(MODELS), default=["gemma", "siglip", "mbconv"]
+    )
     parser.add_argument("--runs", type=int, default=31)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=64, help="the Gemma prefill's length")

@@ -294,7 +294,9 @@ MARK_WRITERS: Final = {
     "PRESERVED_META_KEY": {"passes/partition/_decompositions.py"},
 }
 # What reads a mark back: partitioning reads none of the marks it writes.
-_MARK_READERS: Final = frozenset({"fold_mark_of", "reason_of", "has_fold_marks"})
+_MARK_READERS: Final = frozenset(
+    {"fold_mark_of", "reason_of", "has_fold_marks", "tanh_gelu_mark_of"}
+)
 
 
 def _stores(tree: ast.AST, key: str) -> bool:

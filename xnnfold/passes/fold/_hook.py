@@ -1,4 +1,4 @@
-"""Run `FoldComputedWeightsPass` first in XNNPACK preprocess.
+"""Run `FoldComputedWeightsPass` and `ExactTanhGeluPass` first in XNNPACK preprocess.
 
 executorch has no seam for extra preprocess passes: `XnnpackBackend.preprocess` builds its
 own pass list, and backends are found by class name among `BackendDetails.__subclasses__()`,
@@ -7,10 +7,14 @@ so a subclass would never be called. The smallest hook is to wrap the one static
 Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
 
 - importing xnnfold installs nothing; `XnnpackFoldingPartitioner` installs the hook when
-  what it found in a partition has a fold, and `install_preprocess_hook()` does it by hand;
-- the wrapper acts only on a delegate whose GEMMs the folding partitioner marked; any
-  other program goes to the stock preprocess untouched, so while it is installed stock
-  lowerings still give byte-identical programs;
+  what it found in a partition has a fold or a tanh GELU to compute exactly, and
+  `install_preprocess_hook()` does it by hand;
+- the wrapper acts only on a delegate whose nodes the folding partitioner marked (a
+  GEMM's `FoldMark`, a tanh GELU's `TanhGeluMark`); any other program goes to the stock
+  preprocess untouched, so while it is installed stock lowerings still give
+  byte-identical programs. Once the stock preprocess has serialized a marked delegate,
+  the wrapper empties the constants of its private copy, which executorch keeps until
+  the last delegate is preprocessed;
 - it stays installed until `uninstall_preprocess_hook()`, which puts back exactly the
   method object it wrapped;
 - another wrapper of `preprocess` may sit on top of or under it: installing again while

@@ -149,9 +149,6 @@ class FoldComputedWeightsPass(XNNPACKPass):
     `FoldOptions` the partitioner decided with, and the pass re-checks with those.
     """
 
-    def __init__(self, exported_program: ExportedProgram) -> None:
-        super().__init__(exported_program)
-
     def _computations(
         self, marked: dict[Node, FoldMark], cache: AnalysisCache
     ) -> list[WeightComputation]:

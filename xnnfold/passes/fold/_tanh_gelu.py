@@ -94,9 +94,6 @@ class ExactTanhGeluPass(XNNPACKPass):
     gone, so a second run finds no mark and reports ``modified=False``.
     """
 
-    def __init__(self, exported_program: ExportedProgram) -> None:
-        super().__init__(exported_program)
-
     def call(self, graph_module: GraphModule) -> PassResult:
         graph = graph_module.graph
         marked = [node for node in graph.nodes if tanh_gelu_mark_of(node) is not None]

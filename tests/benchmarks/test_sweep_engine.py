@@ -53,6 +53,7 @@ def test_the_weight_normed_class_is_folded_and_matches_eager(
     _, results = swept
     ours, stock = (results["WeightNormed"]["variants"][k] for k in ("xnnfold", "stock"))
     assert ours["folded"] == 1 and stock["outside"]
+    assert "error" not in ours and "error" not in stock, (ours.get("error"), stock.get("error"))
     assert ours["diff"] < 1e-4 and stock["diff"] < 1e-4
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import inspect
 import tempfile
 import time
 from pathlib import Path
@@ -141,20 +142,33 @@ def _lowered(ep: Any, partitioner: Any, directory: Path) -> tuple[Any, tuple[Pat
     return edge, xnnfold.save(edge.to_executorch(), directory / "model.pte")
 
 
-class _FromFile:
+class FromFile:
     """A written program's ``forward``, loaded through executorch.runtime from its file
     (no copy of it in Python bytes: a program can be as large as a worker's memory
     allows) with its data file. It holds the runtime `Program` as long as the `Method`,
-    which borrows from it."""
+    which borrows from it. ``data_path`` is passed only with a data file: executorch
+    1.4's ``load_program`` has no such keyword, and a program with a data file is then
+    loaded the way `xnnfold.LoadedProgram` loads it there (from its bytes)."""
 
     def __init__(self, pte: Path, data: Path | None) -> None:
         from executorch.runtime import Runtime
 
-        self._program = Runtime.get().load_program(pte, data_path=data)
-        self._method = self._program.load_method("forward")
+        import xnnfold
+
+        runtime = Runtime.get()
+        self._program: Any
+        if data is None:
+            self._program = runtime.load_program(pte)
+            self._execute = self._program.load_method("forward").execute
+        elif "data_path" in inspect.signature(runtime.load_program).parameters:
+            self._program = runtime.load_program(pte, data_path=data)
+            self._execute = self._program.load_method("forward").execute
+        else:
+            self._program = xnnfold.LoadedProgram(pte.read_bytes(), data_path=data)
+            self._execute = self._program
 
     def __call__(self, inputs: list[Any]) -> Any:
-        return self._method.execute(inputs)
+        return self._execute(inputs)
 
 
 def lower_one(
@@ -198,8 +212,8 @@ def lower_one(
     if data:
         entry["data_files"] = [path.name for path in data]
 
-    def load() -> _FromFile:
-        return _FromFile(pte, data[0] if data else None)
+    def load() -> FromFile:
+        return FromFile(pte, data[0] if data else None)
 
     try:
         loaded = load()

@@ -81,26 +81,24 @@ def timed_in_fresh_process(
 
 def _time(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
-    from executorch.runtime import Runtime
+
+    from benchmarks.sweeps.engine.lowering import FromFile
 
     inputs = list(torch.load(spec["inputs"]))
-    runtime = Runtime.get()
-    # The Programs are kept: each Method borrows from its Program.
-    programs = {
-        label: runtime.load_program(Path(pte), data_path=Path(ptd) if ptd else None)
+    methods = {
+        label: FromFile(Path(pte), Path(ptd) if ptd else None)
         for label, (pte, ptd) in spec["programs"].items()
     }
-    methods = {label: program.load_method("forward") for label, program in programs.items()}
     labels = list(methods)
     for _ in range(WARM_UP):
         for label in labels:
-            methods[label].execute(inputs)
+            methods[label](inputs)
     load_before = os.getloadavg()
     samples: dict[str, list[float]] = {label: [] for label in labels}
     for call in range(CALLS):
         for label in labels if call % 2 == 0 else reversed(labels):
             start = time.perf_counter()
-            methods[label].execute(inputs)
+            methods[label](inputs)
             samples[label].append((time.perf_counter() - start) * 1000)
     load_after = os.getloadavg()
     ms = {label: round(sorted(s)[len(s) // 2], 4) for label, s in samples.items()}

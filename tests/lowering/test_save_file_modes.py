@@ -91,3 +91,23 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary(
 
     assert pte.read_bytes() == b"previous program"
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".tmp") == []
+
+
+def test_a_linked_pte_and_ptd_are_written_through_their_links(tied: Any, tmp_path: Path) -> None:
+    """As ``open(link, "wb")`` writes: the files the links name get the bytes (one in
+    another folder), and the links stay links."""
+    elsewhere = tmp_path / "store"
+    elsewhere.mkdir()
+    pte, ptd = tmp_path / "model.pte", tmp_path / "model.ptd"
+    for link, target in ((pte, tmp_path / "real.pte"), (ptd, elsewhere / "real.ptd")):
+        target.write_bytes(b"old")
+        link.symlink_to(target)
+
+    xnnfold.save(tied, pte)
+
+    assert pte.is_symlink() and ptd.is_symlink()
+    assert (tmp_path / "real.pte").read_bytes() == tied.buffer
+    assert (elsewhere / "real.ptd").stat().st_size > len(b"old")
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["real.ptd"]
+    (logits,) = xnnfold.run_pte(pte.read_bytes(), list(TIED_LM.inputs()), data_path=ptd)
+    assert torch.isfinite(logits).all()

@@ -6,8 +6,9 @@ executorch names a program's external data file after its tag
 first needs. `save` names each data file after its ``.pte`` instead (``model.pte`` loads
 with ``model.ptd``): the files of two programs in one folder never collide. The runtime
 finds a program's data by key, not by file name, so the name is the writer's to choose.
-Each file is written to a temporary name beside it and then renamed, so a failed write
-leaves the previous file whole. A new file gets the mode ``open(path, "wb")`` would give it
+Each file is written to a temporary name beside it, synced to disk and then renamed, so
+a failed write (or a crash) leaves the previous file whole; a path that is a symbolic
+link is written through it, as ``open(path, "wb")`` writes, and the link stays. A new file gets the mode ``open(path, "wb")`` would give it
 (``0o666`` less the umask: 0644 under umask 022, 0600 under 077), and a file replaced keeps
 its mode, as ``open(path, "wb")`` keeps it: the ``.pte``'s temporary file is created with
 mode ``0o666`` (executorch writes the ``.ptd`` files with ``open(..., "wb")`` itself) and the
@@ -101,18 +102,47 @@ def _replace_keeping_mode(source: Path, target: Path) -> None:
     os.replace(source, target)
 
 
+def _through_links(path: Path) -> Path:
+    """The file ``open(path, "wb")`` writes: a symbolic link's target (the link stays)."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
+def _synced(file: BinaryIO) -> None:
+    """``file``'s bytes on disk before it is renamed into place: a crash after the rename
+    then finds the new file whole, not an empty one under the old name."""
+    file.flush()
+    os.fsync(file.fileno())
+
+
 @contextlib.contextmanager
 def _replacing(path: Path) -> Iterator[BinaryIO]:
-    """A file to write ``path``'s bytes to, under a temporary name beside it; renamed to
-    ``path`` when the block succeeds, removed when it fails."""
+    """A file to write ``path``'s bytes to (through a link, `_through_links`), under a
+    temporary name beside it; synced and renamed to ``path`` when the block succeeds,
+    removed when it fails."""
+    path = _through_links(path)
     handle, temporary = _create_beside(path)
     try:
         with os.fdopen(handle, "wb") as file:
             yield file
+            _synced(file)
         _replace_keeping_mode(temporary, path)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+
+
+def _move(source: Path, target: Path) -> None:
+    """``source``, which executorch wrote, to ``target`` as `_replacing` writes it: synced,
+    through a link, renamed where both are in one folder, copied where the link leads
+    elsewhere."""
+    target = _through_links(target)
+    with open(source, "rb+") as file:
+        _synced(file)
+    if target.parent.resolve() == source.parent.parent.resolve():
+        _replace_keeping_mode(source, target)
+        return
+    with open(source, "rb") as read, _replacing(target) as write:
+        shutil.copyfileobj(read, write)
 
 
 def save(program: ExecutorchProgramManager, path: PathLike) -> tuple[Path, ...]:
@@ -151,7 +181,7 @@ def save(program: ExecutorchProgramManager, path: PathLike) -> tuple[Path, ...]:
         try:
             program.write_tensor_data_to_file(str(staging))
             for name, target in zip(data_files(program), targets):
-                _replace_keeping_mode(staging / name, target)
+                _move(staging / name, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     with _replacing(pte) as file:

@@ -8,9 +8,13 @@ through executorch.runtime against eager."""
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import pytest
 import torch
+from executorch.backends.xnnpack._passes.channels_last_tagged_reshape_pass import (
+    ChannelsLastTaggedReshapePass,
+)
 from executorch.exir import to_edge
 from executorch.exir.delegate import executorch_call_delegate
 from torch import nn
@@ -191,6 +195,84 @@ def test_tanh_gelu_stays_in_its_one_delegate_and_explain_names_it() -> None:
 def test_tanh_gelu_after_a_convolution_matches_eager() -> None:
     x = torch.randn(2, 3, 12, 12) * 3
     model = _ConvGelu().eval()
+    lowered = lower_folding(model, (x,))
+    (out,) = xnnfold.run_pte(lowered.buffer, (x,))
+    torch.testing.assert_close(out, model(x), atol=2e-5, rtol=1e-6)
+    assert _top_level_ops(lowered.edge) == set()
+
+
+class _ConvGeluConv(nn.Module):
+    """tanh GELU between two convolutions: inside XNNPACK's channels-last region."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.expand = nn.Conv2d(3, 8, 1)
+        self.project = nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.project(nn.functional.gelu(self.expand(x), approximate="tanh"))
+
+
+def _activation_copies(
+    lower: Callable[[nn.Module, tuple[torch.Tensor, ...]], object],
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[int, object]:
+    """How many tensors of more than one element XNNPACK's layout pass copies between
+    layouts when ``lower`` lowers `_ConvGeluConv`, and the lowering."""
+    copies: list[torch.fx.Node] = []
+    original = ChannelsLastTaggedReshapePass.call
+
+    def spy(self: ChannelsLastTaggedReshapePass, graph_module: torch.fx.GraphModule) -> object:
+        result = original(self, graph_module)
+        copies.extend(
+            node
+            for node in result.graph_module.graph.nodes
+            if node.target is exir_ops.edge.aten._to_copy.default and node.meta["val"].numel() > 1
+        )
+        return result
+
+    with monkeypatch.context() as patch:
+        patch.setattr(ChannelsLastTaggedReshapePass, "call", spy)
+        lowered = lower(_ConvGeluConv().eval(), (torch.randn(1, 3, 10, 10) * 3,))
+    return len(copies), lowered
+
+
+@pytest.mark.runtime
+@pytest.mark.slow
+@pytest.mark.skipif(not _STOCK_IS_EXACT, reason="the installed serializer writes tanh GELU")
+def test_a_channels_last_tanh_gelu_copies_no_activation_stock_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The formula's constants must not send the activation to channels-first and back
+    around each GELU: that cost twice stock's latency on a MaxViT block."""
+    stock, _ = _activation_copies(lower_stock, monkeypatch)
+    ours, lowered = _activation_copies(lower_folding, monkeypatch)
+    assert ours == stock == 2  # the input in, the output out
+    x = torch.randn(1, 3, 10, 10) * 3
+    (out,) = xnnfold.run_pte(lowered.buffer, (x,))  # type: ignore[attr-defined]
+    torch.testing.assert_close(out, _ConvGeluConv().eval()(x), atol=2e-5, rtol=1e-6)
+
+
+class _TwoRanks(nn.Module):
+    """tanh GELU on a 4-D and on a 2-D activation of one delegate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.head = nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        hidden = nn.functional.gelu(self.conv(x), approximate="tanh").flatten(1)
+        return nn.functional.gelu(self.head(hidden), approximate="tanh")
+
+
+@pytest.mark.runtime
+@pytest.mark.slow
+def test_tanh_gelus_of_two_ranks_in_one_delegate_match_eager() -> None:
+    x = torch.randn(2, 3, 6, 6) * 3
+    model = _TwoRanks().eval()
     lowered = lower_folding(model, (x,))
     (out,) = xnnfold.run_pte(lowered.buffer, (x,))
     torch.testing.assert_close(out, model(x), atol=2e-5, rtol=1e-6)

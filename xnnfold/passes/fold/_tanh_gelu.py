@@ -15,8 +15,10 @@ preprocess, replaces it by
 
 (``0.5 (1 + tanh(z)) = sigmoid(2z)``): a square, three multiplies, an add and a sigmoid,
 the fewest nodes the 1.5.1 serializer writes as they are and its runtime runs, with A and
-B two constants of the delegate. Nothing else in the delegate changes, the top-level program is not
-rewritten, and no delegate is split. Exact GELU keeps stock's serialization.
+B two constants of the delegate (viewed as [1, 1, 1, 1] for a 4-D GELU, so that one in
+XNNPACK's channels-last region stays there: `_channels_last_operands`). Nothing else in
+the delegate changes, the top-level program is not rewritten, and no delegate is split.
+Exact GELU keeps stock's serialization.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ _MUL: Final = exir_ops.edge.aten.mul.Tensor
 _POW: Final = exir_ops.edge.aten.pow.Tensor_Scalar
 _ADD: Final = exir_ops.edge.aten.add.Tensor
 _SIGMOID: Final = exir_ops.edge.aten.sigmoid.default
+_VIEW: Final = exir_ops.edge.aten.view_copy.default
+# The rank XNNPACK's layout pass may run channels-last, and a constant's shape there.
+_CHANNELS_LAST_RANK: Final = 4
+_SCALAR_4D: Final = (1, 1, 1, 1)
 _TANH: Final = "tanh"
 # GELU's ``approximate``: its second positional argument, or a keyword.
 _APPROXIMATE: Final = "approximate"
@@ -84,6 +90,30 @@ def delegated_tanh_gelus(ep: ExportedProgram, delegated: AbstractSet[str]) -> fr
         for node in ep.graph.nodes
         if node.name in delegated and needs_exact_tanh_gelu(node)
     )
+
+
+def _rank(node: Node) -> int:
+    return len(node.meta[VAL_META_KEY].shape)
+
+
+def _channels_last_operands(graph: torch.fx.Graph, a: Node, b: Node) -> tuple[Node, Node]:
+    """``a`` and ``b`` viewed as [1, 1, 1, 1], for the GELUs of a 4-D activation.
+
+    XNNPACK's layout pass (`ChannelsLastTaggedReshapePass`) keeps a channels-last
+    activation's multiply channels-last only where each operand is 4-D and not a
+    constant it tagged channels-first: a [1]-shaped constant makes it copy the activation
+    to channels-first and back around each GELU, and a [1, 1, 1, 1] constant is tagged
+    channels-first. A view of the constant is neither: the pass converts the view (one
+    element) and leaves the activation where it is. The view is not folded before the
+    layout pass (executorch's constant propagation folds no op on a parameter)."""
+    first = next(node for node in graph.nodes if node.op != "placeholder")
+    views = []
+    with graph.inserting_before(first):
+        for constant in (a, b):
+            view = graph.call_function(_VIEW, (constant, list(_SCALAR_4D)))
+            view.meta = {VAL_META_KEY: constant.meta[VAL_META_KEY].reshape(_SCALAR_4D)}
+            views.append(view)
+    return views[0], views[1]
 
 
 class ExactTanhGeluPass(XNNPACKPass):
@@ -122,7 +152,16 @@ class ExactTanhGeluPass(XNNPACKPass):
             value=torch.tensor([TANH_GELU_A], dtype=torch.float32),
             origin=marked[0],
         )
-        renamed = {gelu.name: self._replace(graph, gelu, a, b).name for gelu in marked}
+        # A 4-D GELU may run in XNNPACK's channels-last region: its constants are viewed
+        # as [1, 1, 1, 1] there (`_channels_last_operands`).
+        if any(_rank(gelu) == _CHANNELS_LAST_RANK for gelu in marked):
+            a4, b4 = _channels_last_operands(graph, a, b)
+        renamed = {
+            gelu.name: self._replace(
+                graph, gelu, *((a4, b4) if _rank(gelu) == _CHANNELS_LAST_RANK else (a, b))
+            ).name
+            for gelu in marked
+        }
         self._rename_outputs(renamed)
         graph.lint()
         graph_module.recompile()

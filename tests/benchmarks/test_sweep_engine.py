@@ -14,8 +14,9 @@ import pytest
 from benchmarks.sweeps.engine.driver import retime, run
 from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
+from benchmarks.sweeps.engine.worker import SCREEN, sweep_class
 
-from tests.support.toy_sweep import RESULTS_ENV, Toy
+from tests.support.toy_sweep import GROUP, RESULTS_ENV, SIDE, Toy
 
 pytestmark = pytest.mark.runtime
 
@@ -106,3 +107,12 @@ def test_retime_times_the_two_programs_in_a_fresh_process(
     assert found["calls"] >= 31 and len(found["loadavg"]) == 6
     assert found["ratio"] == pytest.approx(found["ms"]["xnnfold"] / found["ms"]["stock"], rel=1e-3)
     assert json.dumps(found)
+
+
+def test_a_worker_builds_the_model_a_line_records() -> None:
+    """A retime hands the worker the line's build facts (`Library.build_facts`), so it
+    lowers the model the sweep lowered, whatever the library would try first today."""
+    request = {"module": GROUP, "class": "WeightNormed", "mode": SCREEN}
+    assert sweep_class(Toy(), request)["inputs"] == {"x": [1, 3, 8, 8]}
+    recorded = sweep_class(Toy(), {**request, "facts": {SIDE: 6}})
+    assert recorded["inputs"] == {"x": [1, 3, 6, 6]} and recorded[SIDE] == 6

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -15,6 +16,7 @@ from benchmarks.sweeps.engine import Built, Library, main, OutOfReach
 GROUP = "tests.support.toy_sweep"
 # Where the driver's results go: the test names a folder of its own.
 RESULTS_ENV = "XNNFOLD_TOY_SWEEP_RESULTS"
+SIDE = "side"
 
 
 class _Plain(nn.Module):
@@ -41,6 +43,7 @@ class Toy(Library):
     and one that cannot be built (out of reach)."""
 
     title = "a toy library"
+    build_facts = (SIDE,)
     command = GROUP
 
     def __init__(self) -> None:
@@ -51,12 +54,16 @@ class Toy(Library):
     def discover(self) -> list[tuple[str, str]]:
         return [(GROUP, "Plain"), (GROUP, "WeightNormed"), (GROUP, "Unbuildable")]
 
-    def build(self, group: str, name: str) -> Built:
+    def build(self, group: str, name: str, *, facts: Optional[dict[str, Any]] = None) -> Built:
         torch.manual_seed(0)
         if name == "Plain":
             return Built(_Plain().eval(), {"x": torch.randn(2, 4)}, None)
         if name == "WeightNormed":
-            return Built(_WeightNormed().eval(), {"x": torch.randn(1, 3, 8, 8)}, None)
+            # The image's side, recorded on the line: a retime builds the same one.
+            side = int((facts or {}).get(SIDE, 8))
+            return Built(
+                _WeightNormed().eval(), {"x": torch.randn(1, 3, side, side)}, None, {SIDE: side}
+            )
         raise OutOfReach("build", "ValueError: a toy that cannot be built")
 
     def versions(self) -> str:

@@ -315,7 +315,8 @@ def retime(
     for index, name in enumerate(names, 1):
         old = results[name]
         pool = _Pool(library.command, timeout, lowering_timeout, memory)
-        outcome = pool.ask({"module": old["module"], "class": name, "mode": RETIME})
+        facts = {key: old[key] for key in library.build_facts if key in old}
+        outcome = pool.ask({"module": old["module"], "class": name, "mode": RETIME, "facts": facts})
         pool.close()
         found = (outcome.result or {}).get("retime")
         if found is None:

@@ -77,6 +77,9 @@ class Library:
     #: Sweep each group's first class before any group's second (a partial run covers
     #: every group); else every class of the likely groups first.
     group_heads_first: bool = True
+    #: The keys of a result line (of `Built.facts`) that say which model was built: a
+    #: retime hands them to `build` to lower that model again.
+    build_facts: tuple[str, ...] = ()
 
     def discover(self) -> list[tuple[str, str]]:
         """Every ``(group, name)`` to sweep, in a stable order."""
@@ -104,9 +107,12 @@ class Library:
             ranked.append((key, (group, name)))
         return [item for _, item in sorted(ranked, key=lambda pair: pair[0])]
 
-    def build(self, group: str, name: str) -> Built:
+    def build(self, group: str, name: str, *, facts: Optional[dict[str, Any]] = None) -> Built:
         """``name`` built with random weights and fed: raises `OutOfReach` with the model's
-        own error where no config or input the library tries runs eagerly."""
+        own error where no config or input the library tries runs eagerly. ``facts``, an
+        earlier result line's (`Built.facts`), asks for the model that line records (a
+        retime lowers what the sweep lowered, whatever the library tries first today);
+        a library whose builds have one form ignores it."""
         raise NotImplementedError
 
     def versions(self) -> str:

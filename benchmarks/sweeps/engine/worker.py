@@ -57,7 +57,7 @@ def sweep_class(library: Library, request: dict[str, Any]) -> dict[str, Any]:
     group, name = request["module"], request["class"]
     result: dict[str, Any] = {"class": name, "module": group}
     try:
-        built = library.build(group, name)
+        built = library.build(group, name, facts=request.get("facts"))
     except OutOfReach as out:
         if out.stage == NOT_A_MODEL:
             return {**result, "status": NOT_A_MODEL}

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from benchmarks.sweeps.engine import Built, Library, OutOfReach
 from benchmarks.sweeps.engine.screen import leaves
@@ -57,7 +57,7 @@ class Timm(Library):
 
         return [(f"timm.models.{_model_to_module[name]}", name) for name in timm.list_models()]
 
-    def build(self, group: str, name: str) -> Built:
+    def build(self, group: str, name: str, *, facts: Optional[dict[str, Any]] = None) -> Built:
         import timm
         import torch
 

@@ -75,7 +75,7 @@ class Transformers(Library):
                 ]
         return found
 
-    def build(self, group: str, name: str) -> Built:
+    def build(self, group: str, name: str, *, facts: Optional[dict[str, Any]] = None) -> Built:
         import importlib
 
         import torch
@@ -93,7 +93,11 @@ class Transformers(Library):
             raise OutOfReach("inputs", f"{name} defines no forward")
         # Why each level failed; the furthest stage's first error is the reason.
         failed: list[tuple[str, str]] = []
-        for level, derive in ((level, derive) for level in LEVELS for derive in (False, True)):
+        # Each level, as given and derived; an earlier line's own only, where given.
+        tries = [(level, derive) for level in LEVELS for derive in (False, True)]
+        if facts and "config" in facts:
+            tries = [(facts["config"], bool(facts.get("derived", False)))]
+        for level, derive in tries:
             if derive and level == "default":
                 continue
             stage = "build"

@@ -14,6 +14,7 @@ import pytest
 from benchmarks.sweeps.engine.driver import retime, run
 from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
+from benchmarks.sweeps.engine.summary import summary_lines
 from benchmarks.sweeps.engine.worker import SCREEN, sweep_class
 
 from tests.support.toy_sweep import GROUP, RESULTS_ENV, SIDE, Toy
@@ -116,3 +117,13 @@ def test_a_worker_builds_the_model_a_line_records() -> None:
     assert sweep_class(Toy(), request)["inputs"] == {"x": [1, 3, 8, 8]}
     recorded = sweep_class(Toy(), {**request, "facts": {SIDE: 6}})
     assert recorded["inputs"] == {"x": [1, 3, 6, 6]} and recorded[SIDE] == 6
+
+
+def test_a_row_slower_for_exact_tanh_gelus_says_so() -> None:
+    """A retimed row over 1.03x names what its program computes that stock's does not."""
+    entry = {"bytes": 10, "ms": 1.0}
+    row = {"class": "Gelus", "variants": {"xnnfold": entry, "stock": entry}}
+    slow = {**row, "retime": {"ratio": 1.2, "exact_gelus": 3}}
+    unexplained = {**row, "class": "Other", "retime": {"ratio": 1.1}}
+    (line,) = [x for x in summary_lines([slow, unexplained]) if "slower than" in x]
+    assert line.endswith("Gelus (1.20x; 3 tanh GELUs computed exactly, as eager), Other (1.10x)")

@@ -48,6 +48,7 @@ class Transformers(Library):
     results = HERE / "results.jsonl"
     table = HERE / "results.md"
     command = "benchmarks.sweeps.transformers"
+    build_facts = ("config", "derived")
 
     def discover(self) -> list[tuple[str, str]]:
         """(module, class name) of every public class of every modeling file, without

@@ -14,6 +14,7 @@ import pytest
 from benchmarks.sweeps.engine.driver import retime, run
 from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
+from benchmarks.sweeps.engine.retime import CALLS, calls_for, MAX_CALLS
 from benchmarks.sweeps.engine.summary import summary_lines
 from benchmarks.sweeps.engine.worker import SCREEN, sweep_class
 
@@ -127,3 +128,11 @@ def test_a_row_slower_for_exact_tanh_gelus_says_so() -> None:
     unexplained = {**row, "class": "Other", "retime": {"ratio": 1.1}}
     (line,) = [x for x in summary_lines([slow, unexplained]) if "slower than" in x]
     assert line.endswith("Gelus (1.20x; 3 tanh GELUs computed exactly, as eager), Other (1.10x)")
+
+
+def test_a_fast_program_is_retimed_over_more_calls() -> None:
+    """Noise must not decide a retime: a 7 ms pair of calls gets hundreds, an odd count;
+    a slow one at least 31, and never more than the cap."""
+    assert calls_for(0.014) == 215
+    assert calls_for(2.0) == CALLS == 31
+    assert calls_for(1e-6) == MAX_CALLS

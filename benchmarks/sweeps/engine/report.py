@@ -218,7 +218,8 @@ def report(
         "second time for the timing, in what the lowerings left of the worker's memory); "
         "lowering time is the CPU seconds of `to_edge_transform_and_lower` through "
         "`xnnfold.save`, one thread; retimed: the two programs lowered again and timed alone "
-        "in a fresh process over 31 interleaved calls (`--retime`, the load average "
+        "in a fresh process over at least 31 interleaved calls, as many as take 3 s "
+        "(`--retime`, the load average "
         "beside it), 'identical' where their files hash alike; lowering peak RSS: the "
         "worker's resident set at its peak during the lowering, reset as it starts "
         "(/proc/self/clear_refs); '—': not measured (excluded from the summary).",

@@ -1,7 +1,7 @@
 """Retiming a row whose xnnfold program ran slower than stock's, so that noise cannot
 decide it: the two programs, lowered again in a fresh worker, loaded alone in a fresh
-process and timed over `CALLS` interleaved calls after `WARM_UP` untimed ones, with the
-load average beside the figures. Where the two programs' files are byte-identical
+process and timed over at least `CALLS` interleaved calls after `WARM_UP` untimed ones
+(more for a fast program: `calls_for`), with the load average beside the figures. Where the two programs' files are byte-identical
 (SHA-256 of the ``.pte`` and any ``.ptd``), the ratio is 1 by construction: the row is
 "identical" and nothing is timed.
 
@@ -20,8 +20,13 @@ from typing import Any
 
 # A row is retimed where xnnfold's median latency over stock's is above this.
 SLOWER_ABOVE = 1.03
-# Interleaved calls of each program (odd, for a median), after the untimed ones.
+# Interleaved calls of each program (odd, for a median), after the untimed ones: at least
+# `CALLS`, and as many as take `MIN_SECONDS` of both programs' calls, up to `MAX_CALLS`.
+# Over 31 calls a 7 ms program (MiniCPMV4_6Model's) retimed 1.032x and 1.036x; over 201,
+# 0.985x: on this machine a few milliseconds' noise decides 31 calls.
 CALLS = 31
+MIN_SECONDS = 3.0
+MAX_CALLS = 1001
 WARM_UP = 3
 # The timing process's own limit: a program as slow as a second a call still finishes.
 TIMING_TIMEOUT_S = 900.0
@@ -79,6 +84,13 @@ def timed_in_fresh_process(
     return dict(json.loads(lines[-1]))
 
 
+def calls_for(seconds_per_round: float) -> int:
+    """How many interleaved calls of each program to time, where one call of each takes
+    ``seconds_per_round`` together: odd, at least `CALLS`, at most `MAX_CALLS`."""
+    wanted = int(MIN_SECONDS / max(seconds_per_round, 1e-9))
+    return min(MAX_CALLS, max(CALLS, wanted)) | 1
+
+
 def _time(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -91,18 +103,21 @@ def _time(spec: dict[str, Any]) -> dict[str, Any]:
     }
     labels = list(methods)
     for _ in range(WARM_UP):
+        start = time.perf_counter()
         for label in labels:
             methods[label](inputs)
+        round_s = time.perf_counter() - start
+    calls = calls_for(round_s)
     load_before = os.getloadavg()
     samples: dict[str, list[float]] = {label: [] for label in labels}
-    for call in range(CALLS):
+    for call in range(calls):
         for label in labels if call % 2 == 0 else reversed(labels):
             start = time.perf_counter()
             methods[label](inputs)
             samples[label].append((time.perf_counter() - start) * 1000)
     load_after = os.getloadavg()
     ms = {label: round(sorted(s)[len(s) // 2], 4) for label, s in samples.items()}
-    found: dict[str, Any] = {"ms": ms, "calls": CALLS, "warm_up": WARM_UP}
+    found: dict[str, Any] = {"ms": ms, "calls": calls, "warm_up": WARM_UP}
     found["loadavg"] = [round(v, 2) for v in (*load_before, *load_after)]
     if {"xnnfold", "stock"} <= set(ms):
         found["ratio"] = round(ms["xnnfold"] / ms["stock"], 4)

@@ -15,7 +15,7 @@ from benchmarks.sweeps.engine.driver import retime, run
 from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
 from benchmarks.sweeps.engine.retime import CALLS, calls_for, MAX_CALLS
-from benchmarks.sweeps.engine.summary import summary_lines
+from benchmarks.sweeps.engine.summary import attribution, summary_lines
 from benchmarks.sweeps.engine.worker import SCREEN, sweep_class
 
 from tests.support.toy_sweep import GROUP, RESULTS_ENV, SIDE, Toy
@@ -136,3 +136,13 @@ def test_a_fast_program_is_retimed_over_more_calls() -> None:
     assert calls_for(0.014) == 215
     assert calls_for(2.0) == CALLS == 31
     assert calls_for(1e-6) == MAX_CALLS
+
+
+def test_a_larger_program_with_exact_tanh_gelus_is_attributed_to_them() -> None:
+    ours = {"bytes": 1_300, "exact_gelus": 2, "tied": 0}
+    row = {"class": "Gelus", "variants": {"xnnfold": ours, "stock": {"bytes": 1_000}}}
+    assert attribution(row) == "+300 B: 2 tanh GELU(s) computed exactly"
+    assert (
+        attribution({**row, "variants": {**row["variants"], "xnnfold": {**ours, "exact_gelus": 0}}})
+        is None
+    )

@@ -64,7 +64,8 @@ def attribution(result: dict[str, Any]) -> Optional[str]:
     """What xnnfold's program holds that stock's does not, where it is larger: its folded
     GEMMs (`explain`'s growth budget: a folded weight is stored in the delegate's layout,
     and a folded GEMM may keep a source another op reads), its tied tables' `.ptd` (its
-    header), or None where nothing is folded or tied.
+    header), the tanh GELUs it computes exactly (six nodes for stock's one), or None where
+    none of these is there.
 
     A row recorded before the tables were counted (no ``tied`` in its entry) with a `.ptd`
     and nothing folded is attributed to that `.ptd`: a one-method program's decomposed
@@ -81,6 +82,8 @@ def attribution(result: dict[str, Any]) -> Optional[str]:
         parts.append(f"{ours['tied']} tied table(s) in a .ptd")
     elif ours.get("data_files") and "tied" not in ours:
         parts.append("a .ptd with nothing folded (recorded before the one-method tying fix)")
+    if ours.get("exact_gelus"):
+        parts.append(f"{ours['exact_gelus']} tanh GELU(s) computed exactly")
     return f"+{extra:,} B: {', '.join(parts)}" if parts else None
 
 

@@ -1,7 +1,8 @@
 """Peak memory and time of one lowering, stock against xnnfold, each in its own process.
 
 A model of a sweep is built as that sweep builds it (``timm:NAME`` with
-`timm_sweep.Timm`, ``transformers:MODULE:CLASS`` with `transformers_sweep.Transformers`:
+`benchmarks.sweeps.timm.library.Timm`, ``transformers:MODULE:CLASS`` with
+`benchmarks.sweeps.transformers.library.Transformers`:
 random weights, the sweep's config and input) and exported as the sweep's worker exports
 it (xnnfold's program through `xnnfold.prepare_for_xnnpack`). Each lowering then runs in
 a fresh subprocess: `to_edge_transform_and_lower` through `XnnpackPartitioner` or
@@ -63,17 +64,18 @@ def _reset_peak() -> bool:
 
 def _built(model: str) -> tuple[Any, tuple[Any, ...]]:
     """The sweep's wrapped module and positional inputs for ``model``."""
-    sys.path.insert(0, str(HERE))
-    from _sweep._screen import positional
+    sys.path.insert(0, str(HERE.parents[1]))
+    from benchmarks.sweeps.engine.screen import positional
 
     library_name, _, rest = model.partition(":")
     if library_name == "timm":
         import timm.models._registry as registry
-        from timm_sweep import Timm
+
+        from benchmarks.sweeps.timm.library import Timm
 
         built = Timm().build(f"timm.models.{registry._model_to_module[rest]}", rest)
     elif library_name == "transformers":
-        from transformers_sweep import Transformers
+        from benchmarks.sweeps.transformers.library import Transformers
 
         group, _, name = rest.rpartition(":")
         built = Transformers().build(group, name)

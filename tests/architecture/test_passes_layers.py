@@ -40,7 +40,7 @@ LAYERS: Final[tuple[tuple[str, ...], ...]] = (
     ("fold", "report"),
     ("analysis", "_marks"),
     ("_options",),
-    ("_reason_codes", "_graph_walk"),
+    ("_reason_codes", "_graph_walk", "_node_arguments"),
     ("_ops",),
 )
 LAYER_OF: Final = {unit: depth for depth, units in enumerate(LAYERS) for unit in units}

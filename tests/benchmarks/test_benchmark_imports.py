@@ -50,6 +50,8 @@ def _exists(module: str, script: Path) -> bool:
 @pytest.mark.parametrize("path", SCRIPTS, ids=[p.relative_to(ROOT).as_posix() for p in SCRIPTS])
 def test_every_import_of_a_benchmark_resolves(path: Path) -> None:
     missing = [
-        f"{path.name}:{line}: {module}" for line, module in _imported(path) if not _exists(module, path)
+        f"{path.name}:{line}: {module}"
+        for line, module in _imported(path)
+        if not _exists(module, path)
     ]
     assert not missing, "\n".join(missing)

@@ -75,6 +75,21 @@ def test_pool_divisor_with_padding_left_out_is_a_problem() -> None:
     assert problem is not None and problem.code.code == "XNF520"
 
 
+def test_pool_arguments_given_by_keyword_are_read() -> None:
+    """A graph may pass an argument by keyword (a pass that rewrites it, a graph built by
+    hand): the rule reads it there, not its default."""
+    node = _node(_pool(padding=1, count_include_pad=False, divisor_override=9), "avg_pool2d")
+    x, kernel, stride, padding, ceil_mode, include_pad, divisor = node.args
+    node.args = (x, kernel, stride, padding)
+    node.kwargs = {
+        "ceil_mode": ceil_mode,
+        "count_include_pad": include_pad,
+        "divisor_override": divisor,
+    }
+    problem = avg_pool_problem(node)
+    assert problem is not None and problem.code.code == "XNF520"
+
+
 @pytest.mark.parametrize(
     "kwargs",
     [

@@ -36,6 +36,7 @@ from torch.fx import GraphModule, Node
 from xnnfold._meta import FOLD_META_KEY, VAL_META_KEY
 from xnnfold._upstream import exir_ops, serializes_tanh_gelu, set_graph_signature, XNNPACKPass
 from xnnfold.passes._marks import tanh_gelu_mark_of
+from xnnfold.passes._node_arguments import argument
 from xnnfold.passes.fold._placeholders import ConstantPlaceholders
 
 __all__ = [
@@ -66,9 +67,7 @@ TANH_GELU_B: Final = TANH_GELU_A * 0.044715
 
 
 def _approximate(node: Node) -> object:
-    if len(node.args) > 1:
-        return node.args[1]
-    return node.kwargs.get(_APPROXIMATE, "none")
+    return argument(node, 1, _APPROXIMATE, "none")
 
 
 def needs_exact_tanh_gelu(node: Node) -> bool:

@@ -45,6 +45,7 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from xnnfold._meta import VAL_META_KEY
+from xnnfold.passes._node_arguments import argument
 from xnnfold.passes._reason_codes import (
     MAX_DIM_ARGUMENTS,
     POOL_DIVISOR_PADDING,
@@ -69,27 +70,24 @@ logger = logging.getLogger(PARTITIONER_LOGGER)
 
 # avg_pool2d(input, kernel_size, stride, padding, ceil_mode, count_include_pad,
 # divisor_override) and upsample_bilinear2d.vec(input, output_size, align_corners,
-# scale_factors): the argument positions read below.
-_POOL_PADDING, _POOL_INCLUDE_PAD, _POOL_DIVISOR = 3, 5, 6
-_RESIZE_ALIGN_CORNERS, _RESIZE_SCALES = 2, 3
+# scale_factors): the arguments read below, by position and schema name.
+_POOL_PADDING = (3, "padding")
+_POOL_INCLUDE_PAD = (5, "count_include_pad")
+_POOL_DIVISOR = (6, "divisor_override")
+_RESIZE_ALIGN_CORNERS = (2, "align_corners")
+_RESIZE_SCALES = (3, "scale_factors")
 # max.dim(input, dim, keepdim): the dims XNNPACK's serializer takes, compared as written.
-_MAX_DIM, _MAX_KEEPDIM, _MAX_DIMS = 1, 2, (2, 3)
-
-
-def _arg(node: Node, index: int, default: object) -> object:
-    if index < len(node.args):
-        return node.args[index]
-    return default
+_MAX_DIM, _MAX_KEEPDIM, _MAX_DIMS = (1, "dim"), (2, "keepdim"), (2, 3)
 
 
 def avg_pool_problem(node: Node) -> Optional[Problem]:
     """The problem with ``avg_pool2d`` node ``node`` that XNNPACK computes differently
     from eager, or None: a divisor override on a padded window that leaves the padding
     out of the average."""
-    padding = _arg(node, _POOL_PADDING, ())
+    padding = argument(node, *_POOL_PADDING, ())
     pads = [padding] if isinstance(padding, int) else list(padding)  # type: ignore[call-overload]
-    divisor = _arg(node, _POOL_DIVISOR, None)
-    include_pad = _arg(node, _POOL_INCLUDE_PAD, True)
+    divisor = argument(node, *_POOL_DIVISOR, None)
+    include_pad = argument(node, *_POOL_INCLUDE_PAD, True)
     if divisor is None or include_pad or not any(pads):
         return None
     return Problem(
@@ -104,8 +102,8 @@ def resize_problem(node: Node) -> Optional[Problem]:
     """The problem with ``upsample_bilinear2d`` node ``node`` that XNNPACK computes
     differently from eager, or None: scale factors that are not the ratio of the output
     size to the input size, with ``align_corners=False``."""
-    scales = _arg(node, _RESIZE_SCALES, None)
-    if scales is None or _arg(node, _RESIZE_ALIGN_CORNERS, False):
+    scales = argument(node, *_RESIZE_SCALES, None)
+    if scales is None or argument(node, *_RESIZE_ALIGN_CORNERS, False):
         return None
     source = node.args[0]
     if not isinstance(source, Node) or VAL_META_KEY not in source.meta:
@@ -128,8 +126,8 @@ def resize_problem(node: Node) -> Optional[Problem]:
 def max_dim_problem(node: Node) -> Optional[Problem]:
     """The problem with ``max.dim`` node ``node`` that stops XNNPACK's serializer, or
     None: a dim other than 2 or 3 as written, or no ``keepdim``."""
-    dim = _arg(node, _MAX_DIM, None)
-    keepdim = _arg(node, _MAX_KEEPDIM, False)
+    dim = argument(node, *_MAX_DIM, None)
+    keepdim = argument(node, *_MAX_KEEPDIM, False)
     if dim in _MAX_DIMS and keepdim:
         return None
     return Problem(

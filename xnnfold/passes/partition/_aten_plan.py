@@ -25,6 +25,7 @@ from torch.fx.experimental.symbolic_shapes import has_free_unbacked_symbols
 
 from xnnfold._meta import VAL_META_KEY
 from xnnfold._upstream import OpOverload, schema_of
+from xnnfold.passes._node_arguments import argument
 from xnnfold.passes._ops import (
     ATEN_GEMM_ARGS,
     CONVOLUTION_TARGETS,
@@ -168,13 +169,10 @@ def argument_problem(
             output_padding=cast(Sequence[int], node.args[7]),
         )
     if target in _ATEN_DECONVOLUTIONS:
-        args = node.args
         return deconvolution_problem(
             transposed=True,
-            stride=_spatial(args[3] if len(args) > 3 else node.kwargs.get("stride", 1)),
-            output_padding=_spatial(
-                args[5] if len(args) > 5 else node.kwargs.get("output_padding", 0)
-            ),
+            stride=_spatial(argument(node, 3, "stride", 1)),
+            output_padding=_spatial(argument(node, 5, "output_padding", 0)),
         )
     return None
 

@@ -153,12 +153,13 @@ class ExactTanhGeluPass(XNNPACKPass):
         )
         # A 4-D GELU may run in XNNPACK's channels-last region: its constants are viewed
         # as [1, 1, 1, 1] there (`_channels_last_operands`).
-        if any(_rank(gelu) == _CHANNELS_LAST_RANK for gelu in marked):
-            a4, b4 = _channels_last_operands(graph, a, b)
+        operands = (
+            {_CHANNELS_LAST_RANK: _channels_last_operands(graph, a, b)}
+            if any(_rank(gelu) == _CHANNELS_LAST_RANK for gelu in marked)
+            else {}
+        )
         renamed = {
-            gelu.name: self._replace(
-                graph, gelu, *((a4, b4) if _rank(gelu) == _CHANNELS_LAST_RANK else (a, b))
-            ).name
+            gelu.name: self._replace(graph, gelu, *operands.get(_rank(gelu), (a, b))).name
             for gelu in marked
         }
         self._rename_outputs(renamed)

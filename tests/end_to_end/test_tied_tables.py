@@ -232,15 +232,19 @@ def test_dynamic_sequence_length(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_half_precision_table_is_stored_once(tmp_path: Path) -> None:
+    """Stored once, the table gives the logits stock's program gives, bit for bit; both
+    are fp16 GEMMs, which XNNPACK accumulates in fp16 on a CPU with AVX512-FP16 (up to
+    2.2e-2 from eager's fp32-accumulated fp16 linear over these 64 terms, seen there)."""
     model = _model().half()
     ids, x = _inputs()
     inputs = (ids, x.half())
-    stock = _stock_bytes(torch.export.export(model, inputs), tmp_path / "stock")
+    stock_paths = xnnfold.save(_stock(torch.export.export(model, inputs)), tmp_path / "stock.pte")
     paths = xnnfold.save(_tied(model, inputs), tmp_path / "half.pte")
-    assert _written(paths) <= stock - 0.9 * TABLE_BYTES // 2
+    assert _written(paths) <= _written(stock_paths) - 0.9 * TABLE_BYTES // 2
     embedded, logits = _run(paths, inputs)
     torch.testing.assert_close(embedded, model.emb(ids))
-    torch.testing.assert_close(logits, model(*inputs)[1], rtol=1e-2, atol=1e-2)
+    assert torch.equal(logits, _run(stock_paths, inputs)[1])
+    torch.testing.assert_close(logits, model(*inputs)[1], rtol=1e-2, atol=5e-2)
 
 
 class AlsoScaled(TiedHead):

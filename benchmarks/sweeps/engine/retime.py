@@ -1,9 +1,9 @@
 """Retiming a row whose xnnfold program ran slower than stock's, so that noise cannot
 decide it: the two programs, lowered again in a fresh worker, loaded alone in a fresh
 process and timed over at least `CALLS` interleaved calls after `WARM_UP` untimed ones
-(more for a fast program: `calls_for`), with the load average beside the figures. Where the two programs' files are byte-identical
-(SHA-256 of the ``.pte`` and any ``.ptd``), the ratio is 1 by construction: the row is
-"identical" and nothing is timed.
+(more for a fast program: `calls_for`), with the load average beside the figures. Where
+the two programs' files are byte-identical (SHA-256 of the ``.pte`` and any ``.ptd``),
+the ratio is 1 by construction: the row is "identical" and nothing is timed.
 
     python -m benchmarks.sweeps.engine.retime SPEC.json   # the timing process alone
 """

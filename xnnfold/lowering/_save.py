@@ -8,12 +8,13 @@ with ``model.ptd``): the files of two programs in one folder never collide. The 
 finds a program's data by key, not by file name, so the name is the writer's to choose.
 Each file is written to a temporary name beside it, synced to disk and then renamed, so
 a failed write (or a crash) leaves the previous file whole; a path that is a symbolic
-link is written through it, as ``open(path, "wb")`` writes, and the link stays. A new file gets the mode ``open(path, "wb")`` would give it
-(``0o666`` less the umask: 0644 under umask 022, 0600 under 077), and a file replaced keeps
-its mode, as ``open(path, "wb")`` keeps it: the ``.pte``'s temporary file is created with
-mode ``0o666`` (executorch writes the ``.ptd`` files with ``open(..., "wb")`` itself) and the
-kernel applies the umask, so the umask is never read (reading it means setting it, for
-every thread of the process at once).
+link is written through it, as ``open(path, "wb")`` writes, and the link stays. A new
+file gets the mode ``open(path, "wb")`` would give it (``0o666`` less the umask: 0644
+under umask 022, 0600 under 077), and a file replaced keeps its mode, as ``open(path,
+"wb")`` keeps it: the ``.pte``'s temporary file is created with mode ``0o666``
+(executorch writes the ``.ptd`` files with ``open(..., "wb")`` itself) and the kernel
+applies the umask, so the umask is never read (reading it means setting it, for every
+thread of the process at once).
 """
 
 from __future__ import annotations

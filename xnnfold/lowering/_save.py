@@ -133,17 +133,18 @@ def _replacing(path: Path) -> Iterator[BinaryIO]:
 
 
 def _move(source: Path, target: Path) -> None:
-    """``source``, which executorch wrote, to ``target`` as `_replacing` writes it: synced,
-    through a link, renamed where both are in one folder, copied where the link leads
+    """``source``, which executorch wrote in a staging folder beside the ``.pte``, to
+    ``target`` as `_replacing` writes it: through a link, synced and renamed where the
+    target is in the ``.pte``'s folder, copied through `_replacing` where a link leads
     elsewhere."""
     target = _through_links(target)
+    if target.parent.resolve() != source.parent.parent.resolve():
+        with open(source, "rb") as read, _replacing(target) as write:
+            shutil.copyfileobj(read, write)
+        return
     with open(source, "rb+") as file:
         _synced(file)
-    if target.parent.resolve() == source.parent.parent.resolve():
-        _replace_keeping_mode(source, target)
-        return
-    with open(source, "rb") as read, _replacing(target) as write:
-        shutil.copyfileobj(read, write)
+    _replace_keeping_mode(source, target)
 
 
 def save(program: ExecutorchProgramManager, path: PathLike) -> tuple[Path, ...]:

@@ -63,6 +63,15 @@ class _ConvGelu(nn.Module):
         return nn.functional.gelu(self.conv(x), approximate="tanh")
 
 
+def _assert_one_delegate_like_eager(model: nn.Module, x: torch.Tensor) -> None:
+    """xnnfold's program of ``model`` runs as eager on ``x``, with nothing outside its
+    delegates."""
+    lowered = lower_folding(model, (x,))
+    (out,) = xnnfold.run_pte(lowered.buffer, (x,))
+    torch.testing.assert_close(out, model(x), atol=2e-5, rtol=1e-6)
+    assert _top_level_ops(lowered.edge) == set()
+
+
 def _edge(model: nn.Module, x: torch.Tensor) -> ExportedProgram:
     return to_edge(torch.export.export(model.eval(), (x,))).exported_program()
 
@@ -193,12 +202,7 @@ def test_tanh_gelu_stays_in_its_one_delegate_and_explain_names_it() -> None:
 @pytest.mark.runtime
 @pytest.mark.slow
 def test_tanh_gelu_after_a_convolution_matches_eager() -> None:
-    x = torch.randn(2, 3, 12, 12) * 3
-    model = _ConvGelu().eval()
-    lowered = lower_folding(model, (x,))
-    (out,) = xnnfold.run_pte(lowered.buffer, (x,))
-    torch.testing.assert_close(out, model(x), atol=2e-5, rtol=1e-6)
-    assert _top_level_ops(lowered.edge) == set()
+    _assert_one_delegate_like_eager(_ConvGelu().eval(), torch.randn(2, 3, 12, 12) * 3)
 
 
 class _ConvGeluConv(nn.Module):
@@ -271,12 +275,7 @@ class _TwoRanks(nn.Module):
 @pytest.mark.runtime
 @pytest.mark.slow
 def test_tanh_gelus_of_two_ranks_in_one_delegate_match_eager() -> None:
-    x = torch.randn(2, 3, 6, 6) * 3
-    model = _TwoRanks().eval()
-    lowered = lower_folding(model, (x,))
-    (out,) = xnnfold.run_pte(lowered.buffer, (x,))
-    torch.testing.assert_close(out, model(x), atol=2e-5, rtol=1e-6)
-    assert _top_level_ops(lowered.edge) == set()
+    _assert_one_delegate_like_eager(_TwoRanks().eval(), torch.randn(2, 3, 6, 6) * 3)
 
 
 @pytest.mark.runtime

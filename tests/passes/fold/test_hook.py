@@ -9,6 +9,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import torch
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+from executorch.exir.backend.backend_details import BackendDetails
 from executorch.exir.lowered_backend_module import get_lowered_submodules
 from torch import nn
 
@@ -17,15 +18,27 @@ from xnnfold.passes.fold import _hook
 
 from tests._lowering import lower_stock, lowered_folding
 
+_COPY = "copy_exported_program_for_preprocess"
+_ABSENT = object()
+
 
 @pytest.fixture
 def stock_preprocess() -> Iterator[object]:
     xnnfold.uninstall_preprocess_hook()
     original = XnnpackBackend.__dict__["preprocess"]
+    original_copy = XnnpackBackend.__dict__.get(_COPY, _ABSENT)
     yield original
     left = XnnpackBackend.__dict__["preprocess"]
-    XnnpackBackend.preprocess = original  # never leak a wrapper into other tests
+    left_copy = XnnpackBackend.__dict__.get(_COPY, _ABSENT)
+    # Never leak a wrapper into other tests.
+    XnnpackBackend.preprocess = original
+    if original_copy is _ABSENT:
+        if left_copy is not _ABSENT:
+            delattr(XnnpackBackend, _COPY)
+    else:
+        setattr(XnnpackBackend, _COPY, original_copy)
     assert left is original, "the test left XnnpackBackend.preprocess wrapped"
+    assert left_copy is original_copy, f"the test left XnnpackBackend.{_COPY} replaced"
 
 
 def _wrap_current() -> tuple[staticmethod, list[int]]:
@@ -59,6 +72,17 @@ def test_uninstall_restores_the_original_object(stock_preprocess: object) -> Non
     assert not xnnfold.is_preprocess_hook_installed()
     xnnfold.uninstall_preprocess_hook()
     assert XnnpackBackend.__dict__["preprocess"] is stock_preprocess
+
+
+@pytest.mark.skipif(
+    not hasattr(BackendDetails, _COPY), reason="this executorch copies a delegate's program inline"
+)
+def test_install_replaces_the_copy_and_uninstall_puts_it_back(stock_preprocess: object) -> None:
+    before = XnnpackBackend.__dict__.get(_COPY, _ABSENT)
+    xnnfold.install_preprocess_hook()
+    assert XnnpackBackend.__dict__.get(_COPY, _ABSENT) is not before
+    xnnfold.uninstall_preprocess_hook()
+    assert XnnpackBackend.__dict__.get(_COPY, _ABSENT) is before
 
 
 def test_install_under_another_wrapper_does_not_wrap_twice(stock_preprocess: object) -> None:

@@ -15,8 +15,13 @@ Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
   byte-identical programs. Once the stock preprocess has serialized a marked delegate,
   the wrapper empties the constants of its private copy, which executorch keeps until
   the last delegate is preprocessed;
+- where executorch copies a delegate's program through
+  `copy_exported_program_for_preprocess`, the hook also gives a marked delegate a copy
+  whose constants share the original's storage (`_shared_copy`), so the sources of its
+  computed weights are not held twice while every delegate waits for preprocess; any
+  other program is copied by the method it inherits;
 - it stays installed until `uninstall_preprocess_hook()`, which puts back exactly the
-  method object it wrapped;
+  method objects it replaced;
 - another wrapper of `preprocess` may sit on top of or under it: installing again while
   ours is anywhere in the chain is a no-op (never a second fold), and uninstalling while
   someone else's wrapper sits on top raises instead of silently leaving ours active.
@@ -27,13 +32,14 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from typing import Callable, Final, Optional
+from typing import Any, Callable, Final, Optional
 
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 from executorch.exir.backend.backend_details import CompileSpec, PreprocessResult
 from torch.export import ExportedProgram
 
 from xnnfold.passes.fold._pass import FoldComputedWeightsPass, has_fold_marks
+from xnnfold.passes.fold._shared_copy import copy_sharing_constants
 from xnnfold.passes.fold._tanh_gelu import ExactTanhGeluPass
 
 __all__ = [
@@ -43,6 +49,12 @@ __all__ = [
 ]
 
 _ATTRIBUTE: Final = "preprocess"
+# The classmethod executorch copies a delegate's program with before preprocess (absent
+# from older releases, which deep-copy inline: there the copy stays theirs).
+_COPY_ATTRIBUTE: Final = "copy_exported_program_for_preprocess"
+# What `XnnpackBackend.__dict__` held under `_COPY_ATTRIBUTE` before the hook: usually
+# nothing (the method is inherited from `BackendDetails`).
+_ABSENT: Final = object()
 # Set on our staticmethod (never on its function: `functools.wraps` copies a function's
 # attributes onto whoever wraps it): the method object it replaced.
 _WRAPPED_MARK: Final = "__xnnfold_wrapped__"
@@ -88,8 +100,9 @@ def _make_wrapper(
     def preprocess(
         edge_program: ExportedProgram, compile_specs: list[CompileSpec]
     ) -> PreprocessResult:
-        # executorch hands preprocess a private deep copy of the delegate's program, so
-        # folding in place rewrites nothing that anyone else sees.
+        # executorch hands preprocess a private copy of the delegate's program (its
+        # constants' storage shared, never written), so folding in place rewrites
+        # nothing that anyone else sees.
         if not has_fold_marks(edge_program):
             return original(edge_program, compile_specs)
         FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
@@ -108,6 +121,43 @@ def _make_wrapper(
     return wrapper
 
 
+def _make_copy(replaced: object) -> classmethod[Any, Any, ExportedProgram]:
+    inherited = XnnpackBackend.copy_exported_program_for_preprocess
+
+    def copy_exported_program_for_preprocess(
+        cls: type, edge_program: ExportedProgram, compile_specs: list[CompileSpec]
+    ) -> ExportedProgram:
+        if not has_fold_marks(edge_program):
+            return inherited(edge_program, compile_specs)
+        return copy_sharing_constants(edge_program)
+
+    method: classmethod[Any, Any, ExportedProgram] = classmethod(
+        copy_exported_program_for_preprocess
+    )
+    setattr(method, _WRAPPED_MARK, replaced)
+    return method
+
+
+def _install_copy() -> None:
+    if not hasattr(XnnpackBackend, _COPY_ATTRIBUTE):
+        return
+    replaced = XnnpackBackend.__dict__.get(_COPY_ATTRIBUTE, _ABSENT)
+    if hasattr(replaced, _WRAPPED_MARK):
+        return
+    setattr(XnnpackBackend, _COPY_ATTRIBUTE, _make_copy(replaced))
+
+
+def _uninstall_copy() -> None:
+    current = XnnpackBackend.__dict__.get(_COPY_ATTRIBUTE, _ABSENT)
+    replaced = getattr(current, _WRAPPED_MARK, None)
+    if replaced is None:
+        return
+    if replaced is _ABSENT:
+        delattr(XnnpackBackend, _COPY_ATTRIBUTE)
+    else:
+        setattr(XnnpackBackend, _COPY_ATTRIBUTE, replaced)
+
+
 def install_preprocess_hook() -> None:
     """Make XNNPACK preprocess fold marked computations first.
 
@@ -119,6 +169,7 @@ def install_preprocess_hook() -> None:
             return
         replaced = _current()
         setattr(XnnpackBackend, _ATTRIBUTE, _make_wrapper(XnnpackBackend.preprocess, replaced))
+        _install_copy()
 
 
 def uninstall_preprocess_hook() -> None:
@@ -136,6 +187,7 @@ def uninstall_preprocess_hook() -> None:
         )
         if replaced is not None:
             setattr(XnnpackBackend, _ATTRIBUTE, replaced)
+            _uninstall_copy()
             return
         if _ours_in_chain(current):
             # functools.wraps copies our name onto theirs: where it is defined says more.

@@ -64,9 +64,10 @@ class ConstantPlaceholders:
 
     def release(self, source: Node) -> None:
         """Drop the data of ``source``, a constant placeholder nothing reads any more, at
-        once: the delegate's program is a private copy, so its sources' bytes are freed
-        while the next folds add theirs, rather than all at the end. `delete` erases the
-        placeholder later."""
+        once, rather than at the end: where executorch deep-copied the delegate's
+        program, its sources' bytes are freed while the next folds add theirs (where the
+        copy shares the original's storage, only the reference goes). `delete` erases
+        the placeholder later."""
         fqn = self._fqns.get(source.name)
         if fqn is not None:
             self.ep.state_dict.pop(fqn, None)

@@ -4,7 +4,8 @@ The problem: the pytest tier (``tests/end_to_end/test_differential.py``) can aff
 rare combinations (a bias of shape ``(M, 1)`` on an ``addmm`` with ``beta = 0`` in a
 dynamic method) need thousands. This CLI runs the same generator
 (`tests.support.grammar`) and the same oracles (`tests.support.differential.check_program`)
-over ``--models`` seeds, shrinks each failure greedily, and writes a Markdown summary:
+over ``--models`` seeds, shrinks each failure greedily
+(`tests.support.shrinking.shrink`), and writes a Markdown summary:
 programs run, failures per oracle (those where the stock program is as wrong as
 xnnfold's marked "upstream"), per-kind counts, wall time, and every failure's
 reproducer.
@@ -37,10 +38,9 @@ from tests.support.differential import (  # noqa: E402
     ORACLE_NAMES,
     ORACLES,
     Outcome,
-    reproducer,
-    shrink,
 )
 from tests.support.grammar import generate_program, GenOptions, program_kinds  # noqa: E402
+from tests.support.shrinking import reproducer, shrink  # noqa: E402
 
 # Generated programs decline GEMMs on purpose: their WARNINGs are not findings.
 logging.getLogger("xnnfold").setLevel(logging.ERROR)

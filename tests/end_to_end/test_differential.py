@@ -27,18 +27,15 @@ import pytest
 
 from tests._tiers import campaign_unless
 from tests.support import reproducers
-from tests.support.differential import (
-    check_program,
-    check_quantized,
-    failure_report,
-    reproducer,
-)
+from tests.support.differential import check_program
 from tests.support.grammar import (
     expected_gemms,
     generate_program,
     GenOptions,
     Program,
 )
+from tests.support.quantized_differential import check_quantized
+from tests.support.shrinking import failure_report, reproducer
 
 pytestmark = [pytest.mark.runtime, pytest.mark.slow]
 

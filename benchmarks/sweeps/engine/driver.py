@@ -21,6 +21,7 @@ from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import (
     append,
     CANDIDATE,
+    compact,
     COMPUTED,
     out_of_memory,
     read_results,
@@ -374,6 +375,13 @@ def main(library: Library, *, description: str = "", argv: Optional[list[str]] =
     parser.add_argument("--fresh", action="store_true", help="redo the names given")
     parser.add_argument("--report", action="store_true", help="write the markdown only")
     parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="rewrite the results file keeping only the latest line of each class (what "
+        "the report and a rerun read); not while a sweep of this library runs: what it "
+        "appends meanwhile would be lost. Git keeps the lines dropped",
+    )
+    parser.add_argument(
         "--retime",
         action="store_true",
         help="retime the rows where xnnfold ran over 1.03x stock, each in fresh processes "
@@ -390,6 +398,12 @@ def main(library: Library, *, description: str = "", argv: Optional[list[str]] =
     memory = int(args.worker_memory * 2**30)
     if args.worker:
         return serve(library, memory=memory)
+    if args.compact:
+        size = library.results.stat().st_size if library.results.exists() else 0
+        before, after = compact(library.results)
+        now = library.results.stat().st_size if library.results.exists() else 0
+        print(f"{library.results}: {before} lines, {size:,} B -> {after} lines, {now:,} B")
+        return 0
     classes = library.discover()
     if args.report:
         library.table.write_text(report(library, read_results(library.results), classes))
@@ -412,8 +426,9 @@ def main(library: Library, *, description: str = "", argv: Optional[list[str]] =
         classes = [c for c in classes if c[1] in wanted]
     if args.limit:
         classes = classes[: args.limit]
-    # Classes to sweep again: their new line supersedes the old (`read_results`), and the
-    # file is never rewritten, so a run beside another on the same file loses no line.
+    # Classes to sweep again: their new line supersedes the old (`read_results`), and a
+    # sweep never rewrites the file, so a run beside another on the same file loses no
+    # line (`--compact` does rewrite it, and runs alone).
     again: set[str] = set()
     if args.redo:
         stages = set(args.redo)

@@ -7,13 +7,14 @@ random weights, the sweep's config and input) and exported as the sweep's worker
 it (xnnfold's program through `xnnfold.prepare_for_xnnpack`). Each lowering then runs in
 a fresh subprocess: `to_edge_transform_and_lower` through `XnnpackPartitioner` or
 `XnnpackFoldingPartitioner` (``tie_tables=True``, as the sweep lowers), then
-``to_executorch()`` and `xnnfold.save`, the span the sweep's ``lower_s`` times. The
-subprocess reports its peak resident set (``VmHWM``, MiB, which includes building and
-exporting the model: the same for both partitioners but for ``prepare_for_xnnpack``),
-what the lowering added to the resident set at its peak over what the export left
-(``lower_peak``), and the lowering's wall and CPU seconds. Lowerings alternate
-stock/xnnfold, starting with each in turn; the medians and the ratios xnnfold/stock are
-printed last.
+``to_executorch()`` and `xnnfold.save`, the span the sweep's ``lower_s`` times, measured
+as the sweep measures it (`benchmarks.sweeps.engine.lowering_cost`, which the sweep's
+``--relower`` runs in its workers too). The subprocess reports its peak resident set
+(``VmHWM``, MiB, which includes building and exporting the model: the same for both
+partitioners but for ``prepare_for_xnnpack``), what the lowering added to the resident
+set at its peak over what the export left (``lower_peak``), and the lowering's wall and
+CPU seconds. Lowerings alternate stock/xnnfold, starting with each in turn; the medians
+and the ratios xnnfold/stock are printed last.
 
     PYTHONPATH=. /work/venvs/timm/bin/python benchmarks/timing/lowering_memory.py timm:eca_nfnet_l1
     PYTHONPATH=. python benchmarks/timing/lowering_memory.py --runs 3 \\
@@ -34,37 +35,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 STOCK, XNNFOLD = "stock", "xnnfold"
-_MIB = 2**20
-
-
-def _status_mib(key: str) -> float:
-    """A ``/proc/self/status`` figure (``VmHWM``, ``VmRSS``) in MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        name, _, value = line.partition(":")
-        if name == key:
-            return int(value.split()[0]) / 1024
-    raise KeyError(key)
-
-
-def _reset_peak() -> bool:
-    """Reset this process's ``VmHWM`` to its current RSS (Linux 4.0+), so that the peak
-    read afterwards is the lowering's own; False where the kernel does not allow it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
 
 
 def _built(model: str) -> tuple[Any, tuple[Any, ...]]:
     """The sweep's wrapped module and positional inputs for ``model``."""
-    sys.path.insert(0, str(HERE.parents[1]))
     from benchmarks.sweeps.engine.screen import positional
 
     library_name, _, rest = model.partition(":")
@@ -89,55 +68,31 @@ def _built(model: str) -> tuple[Any, tuple[Any, ...]]:
 
 def _lower_here(model: str, label: str, memory_gib: float, profile: int) -> dict[str, Any]:
     """One lowering in this process: what `main` prints for it."""
-    import gc
     import resource
 
     if memory_gib:
         limit = int(memory_gib * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    # The repository's root, where `benchmarks` imports, whatever PYTHONPATH says.
+    sys.path.insert(0, str(HERE.parents[1]))
     import torch
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-    from executorch.exir import to_edge_transform_and_lower
 
-    import xnnfold
+    from benchmarks.sweeps.engine.lowering_cost import exported, measured_lowering
 
     torch.set_num_threads(1)
     wrapped, args = _built(model)
-    module = xnnfold.prepare_for_xnnpack(wrapped) if label == XNNFOLD else wrapped
-    ep = torch.export.export(module, args, strict=False)
-    del module
-    gc.collect()
-    partitioner = (
-        xnnfold.XnnpackFoldingPartitioner(tie_tables=True, facts=xnnfold.CrossMethodFacts())
-        if label == XNNFOLD
-        else XnnpackPartitioner()
-    )
-    before = _status_mib("VmRSS")
-    reset = _reset_peak()
-    result: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="lowering-memory-") as directory:
-        profiler = None
-        if profile:
-            import cProfile
+    ep = exported(label, wrapped, args)
+    profiler = None
+    if profile:
+        import cProfile
 
-            profiler = cProfile.Profile()
-            profiler.enable()
-        wall, cpu = time.perf_counter(), time.process_time()
-        try:
-            edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-            files = xnnfold.save(edge.to_executorch(), Path(directory) / "model.pte")
-            result["bytes"] = sum(path.stat().st_size for path in files)
-        except MemoryError as error:
-            result["error"] = f"MemoryError: {error}"
-        except RuntimeError as error:
-            result["error"] = f"RuntimeError: {str(error)[:200]}"
-        result["lower_s"] = round(time.perf_counter() - wall, 2)
-        result["lower_cpu_s"] = round(time.process_time() - cpu, 2)
+        profiler = cProfile.Profile()
+    with tempfile.TemporaryDirectory(prefix="lowering-memory-") as directory:
+        result = measured_lowering(ep, label, Path(directory), around=profiler)
         if profiler is not None:
             import io
             import pstats
 
-            profiler.disable()
             for order in ("cumulative", "tottime"):
                 out = io.StringIO()
                 pstats.Stats(profiler, stream=out).sort_stats(order).print_stats(profile)
@@ -147,10 +102,6 @@ def _lower_here(model: str, label: str, memory_gib: float, profile: int) -> dict
             stats = pstats.Stats(profiler, stream=out).sort_stats("cumulative")
             stats.print_stats("xnnfold/", profile)
             result["profile_xnnfold"] = out.getvalue()
-    result["peak_mib"] = round(_status_mib("VmHWM"))
-    if reset:
-        result["lower_peak_mib"] = round(result["peak_mib"] - before)
-    result["maxrss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     return result
 
 

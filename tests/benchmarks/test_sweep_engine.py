@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks.sweeps.engine.driver import retime, run
+from benchmarks.sweeps.engine.driver import run
+from benchmarks.sweeps.engine.remeasure import retime
 from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
 from benchmarks.sweeps.engine.retime import CALLS, calls_for, MAX_CALLS

@@ -8,7 +8,8 @@ has a GEMM-like op reading a tensor computed from constants. A candidate is lowe
 ``XnnpackPartitioner`` (`lowering`), each timed, written with `xnnfold.save` (a tied
 table's ``.ptd`` too) and run through executorch.runtime against eager, the programs
 timed interleaved. Workers have a timeout per phase and a memory cap; results go to a
-JSON-lines file a rerun resumes from (`driver`); `report` writes the markdown.
+JSON-lines file a rerun resumes from (`driver`); `report` writes the markdown;
+`command_line` is what every sweep script runs.
 
     from benchmarks.sweeps.engine import Library, main
 
@@ -20,7 +21,7 @@ JSON-lines file a rerun resumes from (`driver`); `report` writes the markdown.
 
 from __future__ import annotations
 
-from benchmarks.sweeps.engine.driver import main
+from benchmarks.sweeps.engine.command_line import main
 from benchmarks.sweeps.engine.library import Built, Library, OutOfReach
 
 __all__ = ["Built", "Library", "OutOfReach", "main"]

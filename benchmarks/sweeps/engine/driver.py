@@ -1,9 +1,9 @@
-"""The driver: worker processes with a timeout per phase, resumable JSON-lines results,
-and the command line every sweep script shares."""
+"""The driver: worker processes with a timeout per phase (`Pool`), and the sweep (`run`)
+that appends each class's line to the resumable JSON-lines results. The command line is
+`engine.command_line`; ``--retime`` and ``--relower`` are `engine.remeasure`."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import queue
@@ -17,7 +17,6 @@ from typing import Any, Optional
 
 from benchmarks.sweeps.engine.library import Library
 from benchmarks.sweeps.engine.lowering import LOAD_FAILED, METHOD_NOT_LOADED, STOCK, XNNFOLD
-from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import (
     append,
     CANDIDATE,
@@ -27,8 +26,7 @@ from benchmarks.sweeps.engine.results import (
     SKIPPED,
     TIMED_OUT,
 )
-from benchmarks.sweeps.engine.retime import to_retime
-from benchmarks.sweeps.engine.worker import LOWER, RETIME, SCREEN, serve, WORKER_MEMORY
+from benchmarks.sweeps.engine.worker import LOWER, SCREEN, WORKER_MEMORY
 
 # Timeouts, in CPU seconds of the worker (`_Worker.ask`).
 DEFAULT_TIMEOUT = 150.0
@@ -45,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass
-class _Outcome:
+class Outcome:
     """What one worker said about one request: its result, or the phase it stopped in
     (timed out, or the worker died), with the partitioners' entries it finished."""
 
@@ -85,7 +83,7 @@ class _Worker:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def ask(self, request: dict[str, Any], timeout: float, lowering_timeout: float) -> _Outcome:
+    def ask(self, request: dict[str, Any], timeout: float, lowering_timeout: float) -> Outcome:
         """Send ``request`` and wait: ``timeout`` CPU seconds of the worker to build,
         export and screen, ``lowering_timeout`` for each later phase; a phase also stops
         after `WALL_FACTOR` times that in wall seconds (a worker that waits, or gets no
@@ -93,7 +91,7 @@ class _Worker:
         assert self.process.stdin is not None
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
-        outcome = _Outcome()
+        outcome = Outcome()
         limit, since, cpu_since = timeout, time.monotonic(), self.cpu_seconds()
         while True:
             try:
@@ -122,7 +120,7 @@ class _Worker:
         self.process.wait()
 
 
-class _Pool:
+class Pool:
     """One worker thread's worker process, replaced after one times out or dies."""
 
     def __init__(self, command: str, timeout: float, lowering_timeout: float, memory: int) -> None:
@@ -132,7 +130,8 @@ class _Pool:
         self.lowering_timeout = lowering_timeout
         self.current: Optional[_Worker] = None
 
-    def ask(self, request: dict[str, Any]) -> _Outcome:
+    def ask(self, request: dict[str, Any]) -> Outcome:
+        """What the worker says to ``request`` (a fresh one where there is none)."""
         if self.current is None:
             self.current = _Worker(self.command, self.memory)
         outcome = self.current.ask(request, self.timeout, self.lowering_timeout)
@@ -141,6 +140,7 @@ class _Pool:
         return outcome
 
     def close(self) -> None:
+        """Stop the worker: the next request starts a fresh one."""
         if self.current is not None:
             self.current.stop()
             self.current = None
@@ -264,14 +264,14 @@ def run(
     every = compare_all or library.stock_for_every_class
 
     def serve_queue() -> None:
-        pool = _Pool(library.command, timeout, lowering_timeout, memory)
+        pool = Pool(library.command, timeout, lowering_timeout, memory)
         while True:
             try:
                 index, group, name = work.get_nowait()
             except queue.Empty:
                 break
             mode = SCREEN if screen_only or group in slow else LOWER
-            request = {"module": group, "class": name, "mode": mode}
+            request: dict[str, Any] = {"module": group, "class": name, "mode": mode}
             request["compare"] = every or group not in compared
             request["always_stock"] = compare_all
             request["extra"] = extra
@@ -298,139 +298,6 @@ def run(
         thread.join()
 
 
-def retime(
-    library: Library,
-    names: list[str],
-    *,
-    lowering_timeout: float,
-    timeout: float,
-    memory: int,
-) -> None:
-    """Retime each class of ``names`` (`engine.retime`): a fresh worker lowers its
-    programs again and times them in a process of their own; its result line is appended
-    again with a ``"retime"`` entry (and the stack it was retimed under)."""
-    results = read_results(library.results)
-    stack = library.versions()
-    print(f"{len(names)} rows to retime", flush=True)
-    for index, name in enumerate(names, 1):
-        old = results[name]
-        pool = _Pool(library.command, timeout, lowering_timeout, memory)
-        facts = {key: old[key] for key in library.build_facts if key in old}
-        outcome = pool.ask({"module": old["module"], "class": name, "mode": RETIME, "facts": facts})
-        pool.close()
-        found = (outcome.result or {}).get("retime")
-        if found is None:
-            reason = (outcome.result or {}).get("reason") or (
-                "worker died" if outcome.died else f"stopped in {outcome.phase}"
-            )
-            found = {"error": reason[:200]}
-        found["stack"] = stack
-        append(library.results, {**old, "retime": found})
-        said = "identical" if found.get("identical") else found.get("ratio", found.get("error"))
-        print(f"[{index}/{len(names)}] {name}: {said} load {found.get('loadavg')}", flush=True)
-
-
 def _both_stopped(result: dict[str, Any]) -> bool:
     variants = result.get("variants", {})
     return all(variants.get(label, {}).get("timeout") for label in (XNNFOLD, STOCK))
-
-
-def main(library: Library, *, description: str = "", argv: Optional[list[str]] = None) -> int:
-    """The command line of a sweep over ``library`` (``argv``, else the process's),
-    ``description`` its help text."""
-    parser = argparse.ArgumentParser(description=description.strip())
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.add_argument("--only", nargs="*", help="names to sweep")
-    parser.add_argument("--limit", type=int, help="at most this many")
-    parser.add_argument(
-        "--timeout", type=float, default=DEFAULT_TIMEOUT, help="CPU seconds to build and export"
-    )
-    parser.add_argument(
-        "--lowering-timeout",
-        type=float,
-        default=DEFAULT_LOWERING_TIMEOUT,
-        help="CPU seconds for each later phase: each partitioner's lowering, the timing, ...",
-    )
-    parser.add_argument("--jobs", type=int, default=1, help="worker processes")
-    parser.add_argument(
-        "--compare-all",
-        action="store_true",
-        help="stock's partitioner (and the library's exporter) for every candidate, even "
-        "one whose lowering has no computed-weight GEMM (lowering times side by side)",
-    )
-    parser.add_argument(
-        "--no-extra",
-        action="store_true",
-        help="leave out the library's second lowering path (transformers' exporter)",
-    )
-    parser.add_argument(
-        "--screen-only",
-        action="store_true",
-        help="build, export and screen; leave the lowerings to a later run",
-    )
-    parser.add_argument(
-        "--redo", nargs="*", default=[], help="redo the results at these stages or statuses"
-    )
-    parser.add_argument("--fresh", action="store_true", help="redo the names given")
-    parser.add_argument("--report", action="store_true", help="write the markdown only")
-    parser.add_argument(
-        "--retime",
-        action="store_true",
-        help="retime the rows where xnnfold ran over 1.03x stock, each in fresh processes "
-        "(with --fresh, those retimed already too; with --only, those named)",
-    )
-    parser.add_argument(
-        "--worker-memory",
-        type=float,
-        default=WORKER_MEMORY / 2**30,
-        help="GiB of address space per worker (recorded on each line where not the default)",
-    )
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    memory = int(args.worker_memory * 2**30)
-    if args.worker:
-        return serve(library, memory=memory)
-    classes = library.discover()
-    if args.report:
-        library.table.write_text(report(library, read_results(library.results), classes))
-        return 0
-    if args.retime:
-        names = to_retime(read_results(library.results), again=args.fresh)
-        if args.only:
-            names = [name for name in names if name in set(args.only)]
-        retime(
-            library,
-            names[: args.limit] if args.limit else names,
-            timeout=args.timeout,
-            lowering_timeout=args.lowering_timeout,
-            memory=memory,
-        )
-        return 0
-    classes = library.order(classes)
-    if args.only:
-        wanted = set(args.only)
-        classes = [c for c in classes if c[1] in wanted]
-    if args.limit:
-        classes = classes[: args.limit]
-    # Classes to sweep again: their new line supersedes the old (`read_results`), and the
-    # file is never rewritten, so a run beside another on the same file loses no line.
-    again: set[str] = set()
-    if args.redo:
-        stages = set(args.redo)
-        results = read_results(library.results)
-        again = {n for n, r in results.items() if {r.get("stage"), r["status"]} & stages}
-    if args.fresh:
-        again |= {n for _, n in classes}
-    run(
-        library,
-        classes,
-        again=again,
-        timeout=args.timeout,
-        lowering_timeout=args.lowering_timeout,
-        jobs=args.jobs,
-        compare_all=args.compare_all,
-        screen_only=args.screen_only,
-        extra=not args.no_extra,
-        memory=memory,
-    )
-    return 0

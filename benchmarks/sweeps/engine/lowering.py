@@ -4,11 +4,10 @@ Each partitioner's entry records the computed-weight GEMMs `xnnfold.explain` fin
 left outside a delegate, the bytes a device stores (the ``.pte`` and its ``.ptd``), the
 SHA-256 of each file, the max abs diff against eager through executorch.runtime, the
 lowering time (wall and CPU seconds of ``to_edge_transform_and_lower`` through
-`xnnfold.save`), the lowering's peak resident set (``VmHWM`` reset through
-``/proc/self/clear_refs`` as the lowering starts: the peak of the worker's resident set
-during the lowering, what the worker already held included) and the median latency of
-calls interleaved with the other partitioner's program; or the error where one stage
-failed.
+`xnnfold.save`), the lowering's peak resident set (`engine.lowering_cost`: the peak of
+the worker's resident set during the lowering, what the worker already held included)
+and the median latency of calls interleaved with the other partitioner's program; or the
+error where one stage failed.
 
 Each program is loaded and run against eager alone, and released before the next
 partitioner lowers, so that a program as large as the worker's memory allows is judged
@@ -30,13 +29,16 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from benchmarks.sweeps.engine.lowering_cost import (
+    lowered,
+    partitioner,
+    peak_rss_mib,
+    reset_peak_rss,
+    STOCK,
+    XNNFOLD,
+)
 from benchmarks.sweeps.engine.screen import compare
 
-XNNFOLD, STOCK = "xnnfold", "stock"
-# xnnfold's partitioner stores a tied table once, in a `.ptd` (not its default: a program
-# then loads with its data file): every line of the results lowered this way, and it
-# exercises the `.ptd` path `xnnfold.save` and the loading take.
-TIE_TABLES = True
 # A variant is wrong when its max abs diff against eager exceeds this, relative to the
 # largest eager output (at least 1).
 TOLERANCE = 1e-3
@@ -102,47 +104,12 @@ def address_space_gib() -> dict[str, float]:
     return found
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's peak resident set (``VmHWM``) to its resident set now, through
-    ``/proc/self/clear_refs`` (Linux): the peak read after a lowering is then the
-    lowering's, whatever the worker held at its peak before. False where unsupported."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        return False
-    return True
-
-
-def peak_rss_mib() -> float | None:
-    """This process's peak resident set since its last reset (``VmHWM``, MiB)."""
-    try:
-        lines = Path("/proc/self/status").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        key, _, value = line.partition(":")
-        if key == "VmHWM":
-            return round(int(value.split()[0]) / 1024, 1)
-    return None
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def _lowered(ep: Any, partitioner: Any, directory: Path) -> tuple[Any, tuple[Path, ...]]:
-    """The edge program and the files `xnnfold.save` writes to ``directory``: the `.pte`,
-    then the `.ptd` a program with a tied table needs (docs/tied-tables.md)."""
-    from executorch.exir import to_edge_transform_and_lower
-
-    import xnnfold
-
-    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
-    return edge, xnnfold.save(edge.to_executorch(), directory / "model.pte")
 
 
 class FromFile:
@@ -180,21 +147,13 @@ def lower_one(
     """``program`` (an ExportedProgram) lowered with ``label``'s partitioner into
     ``directory``: its entry, and how to load the written program again (None where a
     stage failed). The program loaded here for the diff is released on return."""
-    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-    import xnnfold
-
-    partitioner = (
-        xnnfold.XnnpackFoldingPartitioner(tie_tables=TIE_TABLES, facts=xnnfold.CrossMethodFacts())
-        if label == XNNFOLD
-        else XnnpackPartitioner()
-    )
+    chosen = partitioner(label)
     entry: dict[str, Any] = {}
     gc.collect()
     reset = reset_peak_rss()
     wall, cpu = time.perf_counter(), time.process_time()
     try:
-        edge, (pte, *data) = _lowered(program, partitioner, directory)
+        edge, (pte, *data) = lowered(program, chosen, directory)
     except Exception as error:
         entry["error"] = f"lower: {type(error).__name__}: {str(error)[:300]}"
     # How long the lowering took, or took to fail (a stop both partitioners may share).

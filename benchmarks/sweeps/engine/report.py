@@ -15,11 +15,11 @@ from benchmarks.sweeps.engine.library import Library
 from benchmarks.sweeps.engine.lowering import (
     LOAD_FAILED,
     METHOD_NOT_LOADED,
-    NOT_LOADED_AGAIN,
     STOCK,
     wrong,
     XNNFOLD,
 )
+from benchmarks.sweeps.engine.relower import RELOWERED
 from benchmarks.sweeps.engine.results import (
     CANDIDATE,
     COMPUTED,
@@ -30,7 +30,8 @@ from benchmarks.sweeps.engine.results import (
     SKIPPED,
     TIMED_OUT,
 )
-from benchmarks.sweeps.engine.summary import larger_lines, NONE, summary_lines
+from benchmarks.sweeps.engine.summary import larger_lines, summary_lines
+from benchmarks.sweeps.engine.table import error_cell, row, table_head
 from benchmarks.sweeps.engine.worker import WORKER_MEMORY
 
 # The problem of xnnfold's entry out of the worker's memory where stock's lowering is not.
@@ -89,98 +90,6 @@ def computed(result: dict[str, Any]) -> int:
     )
 
 
-def lowering_ratio(path: dict[str, Any]) -> float | None:
-    """xnnfold's lowering CPU time over stock's, where both lowered (a lowering that
-    failed records its time too, not counted here)."""
-    ours, stock = path.get(XNNFOLD, {}), path.get(STOCK, {})
-    if (
-        "bytes" in ours
-        and "bytes" in stock
-        and ours.get("lower_cpu_s")
-        and stock.get("lower_cpu_s")
-    ):
-        return float(ours["lower_cpu_s"]) / float(stock["lower_cpu_s"])
-    return None
-
-
-def _cell(entry: dict[str, Any], key: str, fmt: str) -> str:
-    if "error" in entry and key not in entry:
-        return "timeout" if entry.get("timeout") else "error"
-    value = entry.get(key)
-    if value is None:
-        return "-"
-    if isinstance(value, list):
-        return str(len(value))
-    return format(value, fmt)
-
-
-def _ms_cell(entry: dict[str, Any]) -> str:
-    # "(alone)": the two did not fit in a worker's memory together; "untimed": it did not
-    # load or run a second time for the timing.
-    timed = entry.get("timed", "")
-    if timed.startswith(NOT_LOADED_AGAIN):
-        return "untimed"
-    return _cell(entry, "ms", ".2f") + (" (alone)" if timed == "alone" else "")
-
-
-def _error_cell(entry: dict[str, Any]) -> str:
-    error = entry.get("error")
-    return "" if not error else error.replace("|", "/").replace("\n", " ")[:90]
-
-
-def table_head(noun: str) -> list[str]:
-    """The head and rule of a table of `row`s."""
-    return [_HEAD.format(noun=noun), _RULE]
-
-
-_HEAD = (
-    "| {noun} | GEMMs | outside stock / xnnfold | diff stock / xnnfold | bytes stock / "
-    "xnnfold | ms stock / xnnfold | retimed xnnfold/stock | lowering s stock / xnnfold "
-    "(ratio) | lowering peak RSS MiB stock / xnnfold | problems |"
-)
-_RULE = "|---|---|---|---|---|---|---|---|---|---|"
-
-
-def _retime_cell(retime: dict[str, Any] | None) -> str:
-    if not retime:
-        return NONE
-    if retime.get("identical"):
-        return "identical"
-    if "ratio" in retime:
-        load = retime.get("loadavg", [None])[0]
-        return f"{retime['ratio']:.2f}x" + (f" (load {load:.1f})" if load is not None else "")
-    return "error"
-
-
-def _rss_cell(entry: dict[str, Any]) -> str:
-    value = entry.get("lower_peak_rss_mib")
-    return NONE if value is None else f"{value:,.0f}"
-
-
-def row(
-    name: str, path: dict[str, Any], flagged: list[str], *, retime: dict[str, Any] | None = None
-) -> str:
-    """One table row: stock's and xnnfold's cells side by side, and the retimed ratio."""
-    stock, ours = path.get(STOCK, {}), path.get(XNNFOLD, {})
-    if "error" in stock and "error" in ours and not flagged and not ours.get("timeout"):
-        return f"| {name} | both stop (below) | - | - | - | - | - | - | - | none |"
-    scale = ours.get("scale", stock.get("scale"))
-    ratio = lowering_ratio(path)
-    return (
-        f"| {name} | {_cell(ours, 'computed', 'd')} / {_cell(ours, 'folded', 'd')} "
-        f"| {_cell(stock, 'outside', '')} / {_cell(ours, 'outside', '')} "
-        f"| {_cell(stock, 'diff', '.1e')} / {_cell(ours, 'diff', '.1e')}"
-        f"{f' ({scale:.1e})' if scale is not None else ''} "
-        f"| {_cell(stock, 'bytes', ',d')} / {_cell(ours, 'bytes', ',d')} "
-        f"| {_ms_cell(stock)} / {_ms_cell(ours)} "
-        f"| {_retime_cell(retime)} "
-        f"| {_cell(stock, 'lower_cpu_s', '.1f')} / {_cell(ours, 'lower_cpu_s', '.1f')}"
-        f"{f' ({ratio:.2f}x)' if ratio is not None else ''} "
-        f"| {_rss_cell(stock)} / {_rss_cell(ours)} "
-        f"| {', '.join(flagged) or 'none'} |"
-    )
-
-
 def report(
     library: Library, results: dict[str, dict[str, Any]], classes: list[tuple[str, str]]
 ) -> str:
@@ -222,7 +131,10 @@ def report(
         "(`--retime`, the load average "
         "beside it), 'identical' where their files hash alike; lowering peak RSS: the "
         "worker's resident set at its peak during the lowering, reset as it starts "
-        "(/proc/self/clear_refs); '—': not measured (excluded from the summary).",
+        "(/proc/self/clear_refs); 'relowered': the medians of `--relower`'s lowerings, "
+        "each alone in a fresh worker that built and exported the model for it, in place of "
+        "the sweep's ('own': what the lowering added at its peak over what the export "
+        "left); '—': not measured (excluded from the summary).",
         "",
         f"- {library.nouns} found: {len(classes)}",
     ]
@@ -269,16 +181,30 @@ def report(
         *table_head(noun),
     ]
     lines += [
-        row(r["class"], r.get("variants", {}), flagged[r["class"]], retime=r.get("retime"))
+        row(
+            r["class"],
+            r.get("variants", {}),
+            flagged[r["class"]],
+            retime=r.get("retime"),
+            relowered=r.get(RELOWERED),
+        )
         for r in found
     ]
     lines += library.extra_report(found)
     errors = [
-        (r["class"], f"{path} {label}", _error_cell(e))
+        (r["class"], f"{path} {label}", error_cell(e))
         for r in found
         for path in ("variants", "exporter")
         for label, e in r.get(path, {}).items()
         if isinstance(e, dict) and "error" in e
+    ]
+    errors += [
+        (r["class"], f"relowered {label}", error_cell(run))
+        for r in found
+        for label, runs in r.get(RELOWERED, {}).items()
+        if isinstance(runs, list)
+        for run in runs
+        if "error" in run
     ]
     if errors:
         lines += ["", "Errors in the tables above (both ways alike unless a problem says):", ""]
@@ -296,7 +222,7 @@ def report(
             "",
         ]
         lines += [
-            f"- {r['class']}: {_error_cell(r.get('variants', {}).get(XNNFOLD, {})) or 'none found'}"
+            f"- {r['class']}: {error_cell(r.get('variants', {}).get(XNNFOLD, {})) or 'none found'}"
             for r in unread
         ]
     waiting = sorted(n for n, r in seen.items() if r["status"] == CANDIDATE)

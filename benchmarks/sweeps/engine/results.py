@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +39,53 @@ def read_results(path: Path) -> dict[str, dict[str, Any]]:
 
 def append(path: Path, result: dict[str, Any]) -> None:
     """Append ``result`` to ``path`` as one line, in one ``write`` to a file opened for
-    appending: two drivers (a screen and a lowering run) can share one results file."""
+    appending: two drivers (a screen and a lowering run) can share one results file
+    (though not with `compact`)."""
     line = (json.dumps(result) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)
     finally:
         os.close(fd)
+
+
+def compact(path: Path) -> tuple[int, int]:
+    """Rewrite ``path`` keeping only the lines `read_results` reads, the latest of each
+    class, as they were written, in the order the classes first appear; the number of
+    lines before and after. A compacted file is read as it was (in the same order), and
+    compacting it again changes no byte.
+
+    The new file is written beside the old (a temporary file in the same folder, with
+    the old one's mode), synced, then renamed over it: a reader sees the old file or the
+    new, whole, and a crash leaves one of them. A line appended between the read and the
+    rename is lost, so this must not run while a sweep of the same library appends; the
+    lines it drops are in git's history.
+    """
+    if not path.exists():
+        return 0, 0
+    lines = path.read_text().splitlines(keepends=True)
+    # Each class's latest line, where its first line was: `read_results`'s dict keeps
+    # the classes in the order they first appear, and the report lists ties in it.
+    latest: dict[str, str] = {}
+    for line in lines:
+        latest[json.loads(line)["class"]] = line if line.endswith("\n") else line + "\n"
+    kept = list(latest.values())
+    mode = path.stat().st_mode & 0o7777
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.writelines(kept)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    # The rename itself, synced with the folder that holds it.
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return len(lines), len(kept)

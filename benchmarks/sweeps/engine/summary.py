@@ -2,9 +2,12 @@
 figure), lowering time, lowering memory and bytes, over every row measured both ways.
 
 Each line reads ``<axis> xnnfold/stock: median M, worst W (class)`` and counts the rows
-left out for want of a measurement (shown "—" in the tables). Bytes: ``larger than
-stock: N rows, A attributed, Z with nothing folded or tied``, each larger row attributed
-to what xnnfold's program holds that stock's does not (`attribution`).
+left out for want of a measurement (shown "—" in the tables). Lowering time and memory
+are ``--relower``'s medians where a line has them (`engine.relower`), the sweep's own
+figures elsewhere, and their lines say how many rows are relowered: ``lowering time
+xnnfold/stock (relowered N of M)``. Bytes: ``larger than stock: N rows, A attributed, Z
+with nothing folded or tied``, each larger row attributed to what xnnfold's program holds
+that stock's does not (`attribution`).
 """
 
 from __future__ import annotations
@@ -12,9 +15,17 @@ from __future__ import annotations
 import statistics
 from typing import Any, Callable, Optional
 
+from benchmarks.sweeps.engine.lowering_cost import STOCK, XNNFOLD
+from benchmarks.sweeps.engine.relower import (
+    CPU_SECONDS,
+    lowered_both_ways,
+    OWN_PEAK,
+    PEAK,
+    RELOWERED,
+    relowered_pair,
+)
 from benchmarks.sweeps.engine.retime import latency_ratio, SLOWER_ABOVE
 
-XNNFOLD, STOCK = "xnnfold", "stock"
 # What a row without a measurement shows.
 NONE = "—"
 
@@ -31,6 +42,11 @@ def retimed_ratio(result: dict[str, Any]) -> Optional[float]:
 
 
 def lowering_time_ratio(result: dict[str, Any]) -> Optional[float]:
+    """xnnfold's lowering CPU seconds over stock's: the relowered medians where the line
+    has both, else the sweep's, where both partitioners' programs were written."""
+    relowered = relowered_pair(result.get(RELOWERED, {}), CPU_SECONDS)
+    if relowered is not None:
+        return relowered[0] / relowered[1]
     ours, stock = _pair(result)
     if (
         "bytes" in ours
@@ -43,10 +59,28 @@ def lowering_time_ratio(result: dict[str, Any]) -> Optional[float]:
 
 
 def lowering_memory_ratio(result: dict[str, Any]) -> Optional[float]:
+    """xnnfold's resident set at its peak during the lowering over stock's (what the
+    process held included): the relowered medians where the line has both, else the
+    sweep's."""
+    relowered = relowered_pair(result.get(RELOWERED, {}), PEAK)
+    if relowered is not None:
+        return relowered[0] / relowered[1]
     ours, stock = _pair(result)
     if ours.get("lower_peak_rss_mib") and stock.get("lower_peak_rss_mib"):
         return float(ours["lower_peak_rss_mib"]) / float(stock["lower_peak_rss_mib"])
     return None
+
+
+def own_memory_ratio(result: dict[str, Any]) -> Optional[float]:
+    """What xnnfold's lowering added to the resident set at its peak over what its export
+    left, over stock's: relowered lines only (the sweep's worker holds both exports)."""
+    relowered = relowered_pair(result.get(RELOWERED, {}), OWN_PEAK)
+    return None if relowered is None else relowered[0] / relowered[1]
+
+
+def _relowered(key: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether a row's ``key`` is relowered (both partitioners' medians), for `_line`."""
+    return lambda result: relowered_pair(result.get(RELOWERED, {}), key) is not None
 
 
 def _pair(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -92,14 +126,23 @@ def _line(
     rows: list[dict[str, Any]],
     ratio: Callable[[dict[str, Any]], Optional[float]],
     unmeasured: str,
+    *,
+    relowered: Optional[Callable[[dict[str, Any]], bool]] = None,
+    bullet: str = "- ",
 ) -> str:
-    found = sorted((r, row["class"]) for row in rows for r in [ratio(row)] if r is not None)
+    """``label``'s median and worst ``ratio`` over ``rows``; where ``relowered`` says some
+    of the rows measured are relowered, the label says how many."""
+    measured = [(r, row) for row in rows for r in [ratio(row)] if r is not None]
+    found = sorted((r, row["class"]) for r, row in measured)
     left = len(rows) - len(found)
+    again = sum(1 for _, row in measured if relowered is not None and relowered(row))
+    if again:
+        label = f"{label} (relowered {again} of {len(found)})"
     if not found:
-        return f"- {label}: {NONE} (no row measured both ways; {left} {unmeasured})"
+        return f"{bullet}{label}: {NONE} (no row measured both ways; {left} {unmeasured})"
     worst, name = found[-1]
     return (
-        f"- {label}: median {statistics.median(r for r, _ in found):.2f}, "
+        f"{bullet}{label}: median {statistics.median(r for r, _ in found):.2f}, "
         f"worst {worst:.2f} ({name}), over {len(found)} rows; {left} {unmeasured} ({NONE})"
     )
 
@@ -112,9 +155,10 @@ def _slower_cause(result: dict[str, Any]) -> str:
 
 
 def summary_lines(results: list[dict[str, Any]]) -> list[str]:
-    """The four summary lines over the rows lowered both ways, and the rows slower than
+    """The four summary lines over the rows lowered both ways, the lowering's own memory
+    under the third where some rows are relowered, and the rows slower than
     `SLOWER_ABOVE` stock on the retimed figure."""
-    both = [r for r in results if all("bytes" in e for e in _pair(r))]
+    both = [r for r in results if lowered_both_ways(r)]
     slow = sorted(
         (r["class"], ratio, _slower_cause(r))
         for r in both
@@ -130,13 +174,32 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
             retimed_ratio,
             f"not timed both ways, or above {SLOWER_ABOVE}x and not retimed yet (`--retime`)",
         ),
-        _line("lowering time xnnfold/stock", both, lowering_time_ratio, "without both CPU times"),
+        _line(
+            "lowering time xnnfold/stock",
+            both,
+            lowering_time_ratio,
+            "without both CPU times",
+            relowered=_relowered(CPU_SECONDS),
+        ),
         _line(
             "lowering memory xnnfold/stock",
             both,
             lowering_memory_ratio,
             "without both peaks (recorded before the peak was)",
+            relowered=_relowered(PEAK),
         ),
+    ]
+    if any(own_memory_ratio(r) is not None for r in both):
+        lines.append(
+            _line(
+                "the lowering's own memory xnnfold/stock, over what the export left",
+                both,
+                own_memory_ratio,
+                "not relowered",
+                bullet="  - ",
+            )
+        )
+    lines += [
         f"- larger than stock: {len(larger_rows)} rows, {len(attributed)} attributed, "
         f"{len(larger_rows) - len(attributed)} with nothing folded or tied",
     ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from benchmarks.sweeps.engine.library import Library, OutOfReach
 from benchmarks.sweeps.engine.lowering import lower_one, STOCK, through_partitioners, XNNFOLD
+from benchmarks.sweeps.engine.lowering_cost import exported, measured_lowering
 from benchmarks.sweeps.engine.results import (
     CANDIDATE,
     COMPUTED,
@@ -25,9 +26,10 @@ from benchmarks.sweeps.engine.results import (
 from benchmarks.sweeps.engine.retime import identical, timed_in_fresh_process
 from benchmarks.sweeps.engine.screen import computed_gemm_args, leaves, positional
 
-# What the driver asks: screen only, screen and lower a candidate, or lower a lowered
-# class's programs again and time them in a fresh process (`retime`).
-SCREEN, LOWER, RETIME = "screen", "lower", "retime"
+# What the driver asks: screen only, screen and lower a candidate, lower a lowered
+# class's programs again and time them in a fresh process (`retime`), or lower it again
+# with one partitioner and measure that lowering alone (`relowered`).
+SCREEN, LOWER, RETIME, RELOWER = "screen", "lower", "retime", "relower"
 # Address space per worker: a class that needs more fails with a MemoryError. Two
 # programs of a 400M-parameter model (timm's NFNets) and their lowerings need 8 GiB.
 WORKER_MEMORY = 8 * 2**30
@@ -162,6 +164,36 @@ def _retimed(wrapped: Any, ep: Any, args: tuple[Any, ...], expected: Any) -> dic
         return {**found, **timed_in_fresh_process(programs, inputs)}
 
 
+def relowered(library: Library, request: dict[str, Any]) -> dict[str, Any]:
+    """A ``"relowered"`` entry: the model a result line records (``request["facts"]``,
+    its `Library.build_facts`) built, exported for ``request["label"]``'s partitioner and
+    lowered with it, what the lowering cost measured (`lowering_cost.measured_lowering`),
+    or the error where a stage failed. The driver asks a fresh worker for each lowering:
+    the process then holds the model and the one program it lowers, and no other
+    lowering's leftovers, when the lowering's peak is read."""
+    import tempfile
+    from pathlib import Path
+
+    group, name, label = request["module"], request["class"], request["label"]
+    head = {"class": name, "module": group}
+    try:
+        built = library.build(group, name, facts=request.get("facts"))
+    except OutOfReach as out:
+        return {**head, "relowered": {"error": f"{out.stage}: {out.reason[:200]}"}}
+    # The model and its inputs stay, as in the sweep's worker; the eager outputs a
+    # library may keep (`Built.expected`) go.
+    wrapped, args = positional(built.model, list(built.inputs)), tuple(built.inputs.values())
+    del built
+    try:
+        program = exported(label, wrapped, args)
+    except Exception as error:
+        return {**head, "relowered": {"error": f"export: {_message(error)}"}}
+    _say("PHASE", f"lower {label}")
+    with tempfile.TemporaryDirectory(prefix="relower-") as directory:
+        found = measured_lowering(program, label, Path(directory))
+    return {**head, "relowered": found}
+
+
 def serve(library: Library, *, memory: int = WORKER_MEMORY) -> int:
     """Answer the driver's requests until its pipe closes, in ``memory`` bytes of address
     space."""
@@ -180,7 +212,10 @@ def serve(library: Library, *, memory: int = WORKER_MEMORY) -> int:
         request = json.loads(line)
         started = time.perf_counter()
         try:
-            result = sweep_class(library, request)
+            if request["mode"] == RELOWER:
+                result = relowered(library, request)
+            else:
+                result = sweep_class(library, request)
         except Exception as error:
             result = {
                 "class": request["class"],

@@ -27,9 +27,9 @@ from typing import Any, Optional
 
 from benchmarks.sweeps.engine import Built, Library, OutOfReach
 from benchmarks.sweeps.engine.lowering import gemm_counts, interleaved
-from benchmarks.sweeps.engine.report import row, table_head
 from benchmarks.sweeps.engine.results import NOT_A_MODEL
 from benchmarks.sweeps.engine.screen import compare, leaves
+from benchmarks.sweeps.engine.table import row, table_head
 from benchmarks.sweeps.transformers.class_fields import default_config, keep_class_fields
 from benchmarks.sweeps.transformers.config_levels import at_level, LEVELS, SCALE
 from benchmarks.sweeps.transformers.constant_arguments import bound, constants, object_arguments

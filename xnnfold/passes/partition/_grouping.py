@@ -33,6 +33,7 @@ __all__ = [
     "DisjointSets",
     "acyclic_grouping",
     "contracted_acyclic",
+    "in_cycles",
     "partitions_of",
     "per_op_partitions",
     "tag_partitions",
@@ -60,8 +61,9 @@ def partitions_of(
     if findings.shared_folds and not contracted_acyclic(
         ep.graph, [list(p.nodes) for p in partitions]
     ):
-        # The GEMMs of a shared computation must share a delegate; group them ourselves.
-        partitions = acyclic_grouping(ep.graph, groups)
+        # The GEMMs of a shared computation must share a delegate; regroup the partitions
+        # caught in a cycle ourselves, and keep the others as executorch made them.
+        partitions = acyclic_grouping(ep.graph, groups, keep=partitions)
     return without_pass_through(partitions)
 
 
@@ -104,31 +106,42 @@ def tag_partitions(
     return PartitionResult(tagged_exported_program=ep, partition_tags=tags)
 
 
+def _contracted(
+    graph: Graph, node_sets: Sequence[Iterable[Node]]
+) -> tuple[int, dict[int, set[int]]]:
+    """The graph with each node set contracted to one unit: the number of units (the
+    sets first, by index, then every other node) and the edges between units."""
+    unit: dict[Node, int] = {}
+    for index, nodes in enumerate(node_sets):
+        for node in nodes:
+            unit[node] = index
+    count = len(node_sets)
+    for node in graph.nodes:
+        if node not in unit:
+            unit[node] = count
+            count += 1
+    edges: dict[int, set[int]] = {}
+    for node in graph.nodes:
+        source = unit[node]
+        for user in node.users:
+            target = unit[user]
+            if target != source:
+                edges.setdefault(source, set()).add(target)
+    return count, edges
+
+
 def contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> bool:
     """True when the graph stays acyclic with each node set contracted to one node.
 
     Checking each partition on its own is not enough: two partitions can each be valid
     and still depend on each other, which only shows once both are fused.
     """
-    unit: dict[Node, int] = {}
-    for index, nodes in enumerate(node_sets):
-        for node in nodes:
-            unit[node] = index
-    next_id = len(node_sets)
-    for node in graph.nodes:
-        if node not in unit:
-            unit[node] = next_id
-            next_id += 1
-    edges: dict[int, set[int]] = {}
-    indegree = [0] * next_id
-    for node in graph.nodes:
-        source = unit[node]
-        for user in node.users:
-            target = unit[user]
-            if target != source and target not in edges.setdefault(source, set()):
-                edges[source].add(target)
-                indegree[target] += 1
-    ready = [u for u in range(next_id) if indegree[u] == 0]
+    count, edges = _contracted(graph, node_sets)
+    indegree = [0] * count
+    for targets in edges.values():
+        for target in targets:
+            indegree[target] += 1
+    ready = [u for u in range(count) if indegree[u] == 0]
     visited = 0
     while ready:
         current = ready.pop()
@@ -137,7 +150,51 @@ def contracted_acyclic(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> boo
             indegree[target] -= 1
             if indegree[target] == 0:
                 ready.append(target)
-    return visited == next_id
+    return visited == count
+
+
+def in_cycles(graph: Graph, node_sets: Sequence[Iterable[Node]]) -> frozenset[int]:
+    """The indices of the node sets that lie on a cycle once each set is contracted to
+    one node (members of a strongly connected component of more than one unit), found
+    without recursion (Kosaraju: finishing order forward, then components backward)."""
+    count, edges = _contracted(graph, node_sets)
+    finished: list[int] = []
+    seen = [False] * count
+    for root in range(count):
+        if seen[root]:
+            continue
+        seen[root] = True
+        stack = [(root, iter(edges.get(root, ())))]
+        while stack:
+            unit, targets = stack[-1]
+            for target in targets:
+                if not seen[target]:
+                    seen[target] = True
+                    stack.append((target, iter(edges.get(target, ()))))
+                    break
+            else:
+                stack.pop()
+                finished.append(unit)
+    backward: dict[int, set[int]] = {}
+    for source, users in edges.items():
+        for target in users:
+            backward.setdefault(target, set()).add(source)
+    component = [-1] * count
+    cyclic: set[int] = set()
+    for root in reversed(finished):
+        if component[root] != -1:
+            continue
+        component[root] = root
+        members, pending = [root], [root]
+        while pending:
+            for source in backward.get(pending.pop(), ()):
+                if component[source] == -1:
+                    component[source] = root
+                    members.append(source)
+                    pending.append(source)
+        if len(members) > 1:
+            cyclic.update(members)
+    return frozenset(index for index in cyclic if index < len(node_sets))
 
 
 def _between(group: set[Node]) -> set[Node]:
@@ -179,20 +236,36 @@ def _convex_groups(graph: Graph, groups: list[set[Node]]) -> list[set[Node]]:
     return [merged[i] for i in sorted(alive)]
 
 
-def acyclic_grouping(graph: Graph, groups: Sequence[Iterable[Node]]) -> list[Partition]:
+def acyclic_grouping(
+    graph: Graph, groups: Sequence[Iterable[Node]], *, keep: Sequence[Partition] = ()
+) -> list[Partition]:
     """Merge node groups into partitions, never splitting a group, never making a cycle.
 
     executorch's GroupBasedPartitioner checks merges node by node, which misses a cycle
     through a group whose GEMMs read different activations (the q and kv projections of
-    a cross-attention sharing a packed weight). Used only when its result has one.
+    a cross-attention sharing a packed weight). Used only when its result (``keep``) has
+    one: its partitions on no cycle stay as they are, and only the groups of those on a
+    cycle (`in_cycles`) are placed again, in the order their computation runs, each into
+    the latest neighbouring partition it joins without a cycle, else a new one.
+    Splitting the partitions on a cycle into their groups makes no new cycle, so every
+    other partition, and the program's delegates there, are executorch's.
     """
     order = {node: i for i, node in enumerate(graph.nodes)}
+
+    def position(group: set[Node]) -> int:
+        # A GEMM's group holds its parameters, which come first in the graph: where its
+        # computation starts says where it runs.
+        computed = [order[n] for n in group if n.op != "placeholder"]
+        return min(computed or [order[n] for n in group])
+
+    kept_sets = [set(p.nodes) for p in keep]
+    tangled = in_cycles(graph, kept_sets)
+    partitions = [nodes for i, nodes in enumerate(kept_sets) if i not in tangled]
+    owner: dict[Node, int] = {n: i for i, nodes in enumerate(partitions) for n in nodes}
     pending = sorted(
-        _convex_groups(graph, [set(g) for g in groups if g]),
-        key=lambda g: min(order[n] for n in g),
+        _convex_groups(graph, [set(g) for g in groups if g and not set(g) & owner.keys()]),
+        key=position,
     )
-    partitions: list[set[Node]] = []
-    owner: dict[Node, int] = {}
     for group in pending:
         neighbours = {
             owner[other]

@@ -1,0 +1,54 @@
+"""`_grouping`: where executorch's partitions have a cycle, only those on it are regrouped.
+
+The end-to-end cases (packed projections, cross-attention) are in test_shared.py and
+test_long_computations.py; these are the rules on hand-built graphs.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.fx.passes.infra.partitioner import Partition
+
+from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, in_cycles
+
+
+def _graph() -> tuple[torch.fx.Graph, dict[str, torch.fx.Node]]:
+    # a -> b -> c and a -> c (the diamond: {a, c} depends on itself through b), then two
+    # nodes p and r that depend on x alone, p computed before the diamond, r after it.
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    p = graph.call_function(torch.sigmoid, (x,))
+    a = graph.call_function(torch.relu, (x,))
+    b = graph.call_function(torch.tanh, (a,))
+    c = graph.call_function(torch.add, (a, b))
+    r = graph.call_function(torch.neg, (x,))
+    graph.output((p, c, r))
+    return graph, {"p": p, "a": a, "b": b, "c": c, "r": r}
+
+
+def test_in_cycles_names_the_sets_on_a_cycle() -> None:
+    graph, n = _graph()
+    assert in_cycles(graph, [[n["p"], n["r"]], [n["a"], n["c"]]]) == {1}
+
+
+def test_in_cycles_is_empty_where_the_contraction_is_acyclic() -> None:
+    graph, n = _graph()
+    sets = [[n["a"]], [n["c"]], [n["p"], n["r"]]]
+    assert contracted_acyclic(graph, sets)
+    assert in_cycles(graph, sets) == frozenset()
+
+
+def test_regrouping_keeps_each_partition_on_no_cycle_whole() -> None:
+    # executorch grouped p and r, which nothing connects; placing every group again
+    # from scratch would put p with a (the latest partition when p comes) and r with c.
+    graph, n = _graph()
+    keep = [
+        Partition(id=0, nodes=[n["p"], n["r"]]),
+        Partition(id=1, nodes=[n["a"], n["c"]]),
+    ]
+    groups = [[n["p"]], [n["a"]], [n["c"]], [n["r"]]]
+    partitions = [set(p.nodes) for p in acyclic_grouping(graph, groups, keep=keep)]
+    assert any({n["p"], n["r"]} <= nodes for nodes in partitions)
+    assert not any({n["a"], n["c"]} <= nodes for nodes in partitions)
+    assert contracted_acyclic(graph, partitions)
+    assert sorted(len(nodes) for nodes in partitions) == [1, 3]

@@ -14,7 +14,8 @@ Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
   preprocess untouched, so while it is installed stock lowerings still give
   byte-identical programs. Once the stock preprocess has serialized a marked delegate,
   the wrapper empties the constants of its private copy, which executorch keeps until
-  the last delegate is preprocessed;
+  the last delegate is preprocessed, and hands the heap's free pages back to the system
+  (`_heap`: glibc keeps what the fold freed resident otherwise);
 - where executorch copies a delegate's program through
   `copy_exported_program_for_preprocess`, the hook also gives a marked delegate a copy
   whose constants share the original's storage (`_shared_copy`), so the sources of its
@@ -38,6 +39,7 @@ from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
 from executorch.exir.backend.backend_details import CompileSpec, PreprocessResult
 from torch.export import ExportedProgram
 
+from xnnfold.passes.fold._heap import release_freed_memory
 from xnnfold.passes.fold._pass import FoldComputedWeightsPass, has_fold_marks
 from xnnfold.passes.fold._shared_copy import copy_sharing_constants
 from xnnfold.passes.fold._tanh_gelu import ExactTanhGeluPass
@@ -113,6 +115,8 @@ def _make_wrapper(
         # beside their bytes that long.
         edge_program.state_dict.clear()
         edge_program.constants.clear()
+        # What the fold added is free now; glibc would keep most of it resident.
+        release_freed_memory()
         return result
 
     _OUR_FUNCTIONS.add(preprocess)

@@ -8,21 +8,7 @@ from typing import Any
 
 from benchmarks.sweeps.engine.lowering import NOT_LOADED_AGAIN, STOCK, XNNFOLD
 from benchmarks.sweeps.engine.relower import CPU_SECONDS, OWN_PEAK, PEAK, relowered_pair
-from benchmarks.sweeps.engine.summary import NONE
-
-
-def lowering_ratio(path: dict[str, Any]) -> float | None:
-    """xnnfold's lowering CPU time over stock's, where both lowered (a lowering that
-    failed records its time too, not counted here)."""
-    ours, stock = path.get(XNNFOLD, {}), path.get(STOCK, {})
-    if (
-        "bytes" in ours
-        and "bytes" in stock
-        and ours.get("lower_cpu_s")
-        and stock.get("lower_cpu_s")
-    ):
-        return float(ours["lower_cpu_s"]) / float(stock["lower_cpu_s"])
-    return None
+from benchmarks.sweeps.engine.summary import NONE, sweep_lowering_ratio
 
 
 def _cell(entry: dict[str, Any], key: str, fmt: str) -> str:
@@ -86,7 +72,7 @@ def _lowering_cells(path: dict[str, Any], relowered: dict[str, Any] | None) -> s
     stock, ours = path.get(STOCK, {}), path.get(XNNFOLD, {})
     seconds = relowered_pair(relowered or {}, CPU_SECONDS)
     if seconds is None:
-        ratio = lowering_ratio(path)
+        ratio = sweep_lowering_ratio(path)
         time_cell = (
             f"{_cell(stock, 'lower_cpu_s', '.1f')} / {_cell(ours, 'lower_cpu_s', '.1f')}"
             f"{f' ({ratio:.2f}x)' if ratio is not None else ''}"

@@ -52,3 +52,48 @@ def test_regrouping_keeps_each_partition_on_no_cycle_whole() -> None:
     assert not any({n["a"], n["c"]} <= nodes for nodes in partitions)
     assert contracted_acyclic(graph, partitions)
     assert sorted(len(nodes) for nodes in partitions) == [1, 3]
+
+
+def _placed_once(partitions: list[Partition], groups: list[list[torch.fx.Node]]) -> bool:
+    placed = [node for partition in partitions for node in partition.nodes]
+    return len(placed) == len(set(placed)) and set(placed) == {n for g in groups for n in g}
+
+
+def test_a_group_partly_in_a_kept_partition_places_the_rest() -> None:
+    graph, n = _graph()
+    keep = [
+        Partition(id=0, nodes=[n["p"]]),
+        Partition(id=1, nodes=[n["a"], n["c"]]),
+    ]
+    groups = [[n["p"], n["b"]], [n["a"]], [n["c"]]]
+    partitions = acyclic_grouping(graph, groups, keep=keep)
+    assert _placed_once(partitions, groups)
+    assert contracted_acyclic(graph, [list(p.nodes) for p in partitions])
+
+
+def test_regrouping_falls_back_to_placing_every_group() -> None:
+    # executorch's partitions: [b, u, v, w] and [a, c] on a cycle, [k] kept. Placed
+    # around [k], {u, v} joins it and {a, b, c} then has no acyclic place (o, in no
+    # group, is between k and c); placed from nothing, every group has one.
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    u = graph.call_function(torch.neg, (x,))
+    a = graph.call_function(torch.relu, (x,))
+    b = graph.call_function(torch.tanh, (a,))
+    k = graph.call_function(torch.sigmoid, (x,))
+    o = graph.call_function(torch.exp, (k,))
+    c = graph.call_function(torch.add, (b, o))
+    v = graph.call_function(torch.neg, (a,))
+    w = graph.call_function(torch.neg, (o,))
+    graph.output((u, c, v, w))
+    groups = [[b], [k], [w], [c, a], [u, v]]
+    keep = [
+        Partition(id=0, nodes=[b, u, v, w]),
+        Partition(id=1, nodes=[a, c]),
+        Partition(id=2, nodes=[k]),
+    ]
+    assert in_cycles(graph, [list(p.nodes) for p in keep]) == {0, 1}
+    partitions = acyclic_grouping(graph, groups, keep=keep)
+    assert _placed_once(partitions, groups)
+    assert contracted_acyclic(graph, [list(p.nodes) for p in partitions])
+    assert any({a, b, c} <= set(p.nodes) for p in partitions)

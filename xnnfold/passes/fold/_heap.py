@@ -13,7 +13,9 @@ holds (docs/limits.md, "Lowering memory"). ``malloc_trim(0)`` hands every free p
 the heap back (``MADV_DONTNEED``): nothing allocated moves, and the next allocation
 takes pages from the system again.
 
-Only glibc has it: elsewhere (musl, macOS, Windows) this is a no-op.
+Only glibc has it: elsewhere (musl, macOS, Windows) this is a no-op, and under an
+allocator preloaded in glibc's place (jemalloc, tcmalloc) the call reaches glibc's
+unused heap and changes nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def _malloc_trim() -> Optional[Callable[[int], int]]:
     """The C library's ``malloc_trim``, or None where the process's C library has none."""
     try:
         libc = ctypes.CDLL(None)
-    except OSError:
+    except (OSError, TypeError):
+        # Windows' ctypes refuses a null name with a TypeError.
         return None
     trim = getattr(libc, "malloc_trim", None)
     if trim is None:

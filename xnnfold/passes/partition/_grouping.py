@@ -244,11 +244,40 @@ def acyclic_grouping(
     executorch's GroupBasedPartitioner checks merges node by node, which misses a cycle
     through a group whose GEMMs read different activations (the q and kv projections of
     a cross-attention sharing a packed weight). Used only when its result (``keep``) has
-    one: its partitions on no cycle stay as they are, and only the groups of those on a
-    cycle (`in_cycles`) are placed again, in the order their computation runs, each into
-    the latest neighbouring partition it joins without a cycle, else a new one.
-    Splitting the partitions on a cycle into their groups makes no new cycle, so every
-    other partition, and the program's delegates there, are executorch's.
+    one. Its partitions on no cycle (`in_cycles`) are kept: splitting the ones on a
+    cycle into their groups makes no new cycle, so none of the others needs to be split
+    or lose a node. The groups of the partitions on a cycle are then placed again
+    (`_placed`); one may join a kept partition. Where that placement finds no acyclic
+    home for a group (a kept partition took a group that another needed beside it), every
+    group is placed from nothing, as before partitions were kept.
+    """
+    kept_sets = [set(p.nodes) for p in keep]
+    tangled = in_cycles(graph, kept_sets)
+    kept = [nodes for i, nodes in enumerate(kept_sets) if i not in tangled]
+    try:
+        partitions = _placed(graph, kept, groups)
+    except _NoAcyclicPlace:
+        if not kept:
+            raise
+        partitions = _placed(graph, [], groups)
+    return [Partition(id=i, nodes=list(p)) for i, p in enumerate(partitions)]
+
+
+class _NoAcyclicPlace(RuntimeError):
+    """A group that shares no partition without a cycle and cannot stand alone either."""
+
+
+def _placed(
+    graph: Graph, partitions: list[set[Node]], groups: Sequence[Iterable[Node]]
+) -> list[set[Node]]:
+    """``partitions`` with every node of ``groups`` outside them placed, group by group, in
+    the order their computation runs: each group goes into the highest-numbered
+    partition it touches, or else the last one, that it joins without a cycle, and
+    otherwise into a partition of its own.
+
+    Raises:
+        _NoAcyclicPlace: a group depends on itself through nodes outside it wherever it
+            goes.
     """
     order = {node: i for i, node in enumerate(graph.nodes)}
 
@@ -258,14 +287,12 @@ def acyclic_grouping(
         computed = [order[n] for n in group if n.op != "placeholder"]
         return min(computed or [order[n] for n in group])
 
-    kept_sets = [set(p.nodes) for p in keep]
-    tangled = in_cycles(graph, kept_sets)
-    partitions = [nodes for i, nodes in enumerate(kept_sets) if i not in tangled]
+    partitions = [set(p) for p in partitions]
     owner: dict[Node, int] = {n: i for i, nodes in enumerate(partitions) for n in nodes}
-    pending = sorted(
-        _convex_groups(graph, [set(g) for g in groups if g and not set(g) & owner.keys()]),
-        key=position,
-    )
+    # A group partly in a kept partition (executorch moves a getitem to its producer's)
+    # places the rest.
+    remaining = [set(g) - owner.keys() for g in groups]
+    pending = sorted(_convex_groups(graph, [g for g in remaining if g]), key=position)
     for group in pending:
         neighbours = {
             owner[other]
@@ -284,7 +311,7 @@ def acyclic_grouping(
                 break
         else:
             if not contracted_acyclic(graph, [*partitions, group]):
-                raise RuntimeError(
+                raise _NoAcyclicPlace(
                     "xnnfold: the nodes "
                     f"{sorted(n.name for n in group)[:6]} must share one delegate but "
                     "depend on each other through nodes outside it. Lower this model "
@@ -292,7 +319,7 @@ def acyclic_grouping(
                 )
             owner.update(dict.fromkeys(group, len(partitions)))
             partitions.append(group)
-    return [Partition(id=i, nodes=list(p)) for i, p in enumerate(partitions)]
+    return partitions
 
 
 class DisjointSets:

@@ -106,7 +106,8 @@ def build(name: str) -> tuple[Any, tuple[Any, ...]]:
 
 def hand_fold(model: Any) -> Any:
     """Store every computed weight as a parameter: parametrizations removed (their value
-    kept), timm's standardized convolutions given their standardized weight."""
+    kept), timm's standardized convolutions given their standardized weight, and timm's
+    SwinV2 attention given its qkv bias (``cat(q_bias, k_bias, v_bias)``) stored."""
     import torch
     import torch.nn.functional as F
     from torch.nn.utils import parametrize
@@ -115,6 +116,14 @@ def hand_fold(model: Any) -> Any:
         if parametrize.is_parametrized(module):
             for tensor in list(module.parametrizations.keys()):
                 parametrize.remove_parametrizations(module, tensor, leave_parametrized=True)
+    for module in list(model.modules()):
+        # timm's WindowAttention (swin_transformer_v2): with q_bias None it calls
+        # self.qkv(x), which adds qkv.bias.
+        if getattr(module, "q_bias", None) is not None and hasattr(module, "qkv"):
+            with torch.no_grad():
+                bias = torch.cat((module.q_bias, module.k_bias, module.v_bias))
+            module.qkv.bias = torch.nn.Parameter(bias)
+            module.q_bias = None
     try:
         from timm.layers import ScaledStdConv2d, ScaledStdConv2dSame
     except ImportError:

@@ -21,10 +21,13 @@ and the ratios xnnfold/stock are printed last.
         transformers:transformers.models.speecht5.modeling_speecht5:SpeechT5ForSpeechToText
     PYTHONPATH=. python benchmarks/timing/lowering_memory.py --memory-gib 8 timm:nfnet_f5
     PYTHONPATH=. python benchmarks/timing/lowering_memory.py --profile 25 timm:beit_base_patch16_224
+    PYTHONPATH=. python benchmarks/timing/lowering_memory.py --hand-folded timm:swinv2_base_window12_192
 
 ``--memory-gib`` caps each subprocess's address space (``RLIMIT_AS``) as the sweep's
 ``--worker-memory`` does; ``--profile N`` runs each lowering once more under cProfile and
-prints its N top entries by cumulative and by own time.
+prints its N top entries by cumulative and by own time; ``--hand-folded`` also lowers
+the model's hand-folded twin (every computed weight stored, `bench_scale.hand_fold`) with
+stock's partitioner, the lowering xnnfold's stands in for.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 STOCK, XNNFOLD = "stock", "xnnfold"
+# Stock's partitioner on the hand-folded twin (`bench_scale.hand_fold`), with --hand-folded.
+HAND = "hand-folded"
 
 
 def _built(model: str) -> tuple[Any, tuple[Any, ...]]:
@@ -81,14 +86,20 @@ def _lower_here(model: str, label: str, memory_gib: float, profile: int) -> dict
 
     torch.set_num_threads(1)
     wrapped, args = _built(model)
-    ep = exported(label, wrapped, args)
+    if label == HAND:
+        from benchmarks.timing.bench_scale import hand_fold
+
+        wrapped = hand_fold(wrapped)
+    ep = exported(STOCK if label == HAND else label, wrapped, args)
     profiler = None
     if profile:
         import cProfile
 
         profiler = cProfile.Profile()
     with tempfile.TemporaryDirectory(prefix="lowering-memory-") as directory:
-        result = measured_lowering(ep, label, Path(directory), around=profiler)
+        result = measured_lowering(
+            ep, STOCK if label == HAND else label, Path(directory), around=profiler
+        )
         if profiler is not None:
             import io
             import pstats
@@ -128,7 +139,12 @@ def main() -> int:
     parser.add_argument("--memory-gib", type=float, default=0.0, help="RLIMIT_AS (0: none)")
     parser.add_argument("--profile", type=int, default=0, help="top N cProfile entries")
     parser.add_argument("--only", choices=(STOCK, XNNFOLD), help="one partitioner only")
-    parser.add_argument("--child", choices=(STOCK, XNNFOLD), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--hand-folded",
+        action="store_true",
+        help="also lower the hand-folded twin with stock's partitioner (bench_scale.hand_fold)",
+    )
+    parser.add_argument("--child", choices=(STOCK, XNNFOLD, HAND), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.child:
         print(
@@ -138,6 +154,8 @@ def main() -> int:
         )
         return 0
     labels = [options.only] if options.only else [STOCK, XNNFOLD]
+    if options.hand_folded:
+        labels.append(HAND)
     found: dict[str, list[dict[str, Any]]] = {label: [] for label in labels}
     for run in range(options.runs):
         for label in labels if run % 2 == 0 else list(reversed(labels)):
@@ -160,7 +178,7 @@ def main() -> int:
     }
     for label, values in medians.items():
         print(f"{label:8} median: " + ", ".join(f"{k} {v:g}" for k, v in values.items()))
-    if len(labels) == 2:
+    if STOCK in labels and XNNFOLD in labels:
         ratios = {
             key: medians[XNNFOLD][key] / medians[STOCK][key]
             for key in keys

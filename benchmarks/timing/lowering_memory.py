@@ -86,20 +86,19 @@ def _lower_here(model: str, label: str, memory_gib: float, profile: int) -> dict
 
     torch.set_num_threads(1)
     wrapped, args = _built(model)
+    partitioner = STOCK if label == HAND else label
     if label == HAND:
         from benchmarks.timing.bench_scale import hand_fold
 
         wrapped = hand_fold(wrapped)
-    ep = exported(STOCK if label == HAND else label, wrapped, args)
+    ep = exported(partitioner, wrapped, args)
     profiler = None
     if profile:
         import cProfile
 
         profiler = cProfile.Profile()
     with tempfile.TemporaryDirectory(prefix="lowering-memory-") as directory:
-        result = measured_lowering(
-            ep, STOCK if label == HAND else label, Path(directory), around=profiler
-        )
+        result = measured_lowering(ep, partitioner, Path(directory), around=profiler)
         if profiler is not None:
             import io
             import pstats

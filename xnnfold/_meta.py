@@ -9,7 +9,11 @@ only what someone else reads after the stage returned:
 
   - ``delegation_tag`` (`DELEGATION_TAG_META_KEY`): the partition a node is delegated
     in; written by `tag_partitions` (``passes/partition/_grouping.py``), as executorch's
-    `ConfigerationBasedPartitioner` tags.
+    `ConfigerationBasedPartitioner` tags, but named `XNNFOLD_TAG_PREFIX` and the
+    partition's number (``xnnfold0``, not ``tag0``). The preprocess hook's copy reads the
+    name to tell a delegate xnnfold partitioned from any other partitioner's
+    (``passes/fold/_shared_copy.py``); executorch uses a tag only as a key, and no
+    program's bytes hold it.
   - the external-data tags (`EXTERNAL_TAG_KEYS`) of a tied table's placeholder, under
     executorch's default tag (`EXTERNAL_CONSTANT_TAG`); written by `tag_external`
     (``passes/partition/_tied_tagging.py``), with ``tie_tables=True``.
@@ -64,6 +68,7 @@ __all__ = [
     "SITE_META_KEY",
     "STACK_TRACE_META_KEY",
     "VAL_META_KEY",
+    "XNNFOLD_TAG_PREFIX",
 ]
 
 # torch.fx.traceback.annotate writes into node.meta["custom"]; export and the edge
@@ -86,6 +91,8 @@ VAL_META_KEY: Final = "val"
 NN_MODULE_STACK_META_KEY: Final = "nn_module_stack"
 STACK_TRACE_META_KEY: Final = "stack_trace"
 DELEGATION_TAG_META_KEY: Final = "delegation_tag"
+# What every `DELEGATION_TAG_META_KEY` value xnnfold's partitioner writes starts with.
+XNNFOLD_TAG_PREFIX: Final = "xnnfold"
 # What a folded constant inherits from the root of its computation, so that `explain`,
 # error messages and debug tools still name the module the weight came from.
 PROVENANCE_META_KEYS: Final = (

@@ -1,4 +1,5 @@
-"""The preprocess hook: idempotent, reversible, beside other wrappers, inert on unmarked programs."""
+"""The preprocess hook: idempotent, reversible, beside other wrappers, inert on programs
+xnnfold did not partition."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import torch
+from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 from executorch.backends.xnnpack.xnnpack_preprocess import XnnpackBackend
+from executorch.exir import to_edge_transform_and_lower
 from executorch.exir.backend.backend_details import BackendDetails
 from executorch.exir.lowered_backend_module import get_lowered_submodules
 from torch import nn
@@ -189,3 +192,41 @@ def test_a_folded_copy_lets_go_of_its_constants_once_serialized(
         xnnfold.uninstall_preprocess_hook()
     assert result.processed_bytes
     assert not ep.state_dict and not ep.constants
+
+
+def _plain_delegate(partitioner: Any) -> Any:
+    """The program of the one delegate ``partitioner`` makes of `_PlainConvLinear`
+    (nothing to fold), as executorch hands it to preprocess."""
+    torch.manual_seed(0)
+    ep = torch.export.export(_PlainConvLinear().eval(), (torch.randn(1, 4, 8),))
+    edge = to_edge_transform_and_lower(ep, partitioner=[partitioner])
+    (lowered,) = get_lowered_submodules(edge.exported_program().graph_module)
+    return copy.deepcopy(lowered[1].original_module)
+
+
+@pytest.mark.runtime
+def test_a_copy_xnnfold_partitioned_lets_go_of_its_constants_with_nothing_folded(
+    stock_preprocess: object,
+) -> None:
+    ep = _plain_delegate(xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()))
+    assert ep.state_dict and not _hook.has_fold_marks(ep)
+    xnnfold.install_preprocess_hook()
+    try:
+        result = XnnpackBackend.preprocess(ep, [])
+    finally:
+        xnnfold.uninstall_preprocess_hook()
+    assert result.processed_bytes
+    assert not ep.state_dict and not ep.constants
+
+
+@pytest.mark.runtime
+def test_another_partitioners_copy_keeps_its_constants(stock_preprocess: object) -> None:
+    ep = _plain_delegate(XnnpackPartitioner())
+    names = set(ep.state_dict)
+    assert names
+    xnnfold.install_preprocess_hook()
+    try:
+        XnnpackBackend.preprocess(ep, [])
+    finally:
+        xnnfold.uninstall_preprocess_hook()
+    assert set(ep.state_dict) == names

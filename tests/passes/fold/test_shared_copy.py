@@ -1,9 +1,9 @@
-"""A marked delegate's preprocess copy shares its constants' storage, which preprocess never
-writes."""
+"""The preprocess copy of a delegate xnnfold partitioned shares its constants' storage,
+which preprocess never writes; any other partitioner's delegate gets executorch's copy."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import pytest
 import torch
@@ -13,7 +13,8 @@ from executorch.exir.backend.backend_details import BackendDetails
 from torch import nn
 
 import xnnfold
-from xnnfold.passes.fold._shared_copy import copy_sharing_constants
+from xnnfold._meta import DELEGATION_TAG_META_KEY
+from xnnfold.passes.fold._shared_copy import copy_sharing_constants, partitioned_by_xnnfold
 
 from tests._lowering import fixture_by_name
 
@@ -80,22 +81,57 @@ def hook() -> Iterator[None]:
     xnnfold.uninstall_preprocess_hook()
 
 
-@needs_seam
-def test_an_unmarked_program_gets_the_inherited_deep_copy(hook: None) -> None:
+def _tagged(tag: str) -> torch.export.ExportedProgram:
+    """`_exported` with every node tagged ``tag``, as a partitioner leaves a delegate."""
     ep = _exported()
-    copied = XnnpackBackend.copy_exported_program_for_preprocess(ep, [])
-    for name, tensor in _constants(ep).items():
-        assert (
-            copied.state_dict.get(name, copied.constants.get(name)).untyped_storage().data_ptr()
-            != tensor.untyped_storage().data_ptr()
-        ), name
+    for node in ep.graph.nodes:
+        if node.op != "output":
+            node.meta[DELEGATION_TAG_META_KEY] = tag
+    return ep
 
 
-def _shares(copied: Any, program: Any) -> bool:
+def _copy_shares_storage(copied: Any, ep: Any) -> list[bool]:
+    return [
+        copied.state_dict.get(name, copied.constants.get(name)).untyped_storage().data_ptr()
+        == tensor.untyped_storage().data_ptr()
+        for name, tensor in _constants(ep).items()
+    ]
+
+
+def test_a_tag_of_xnnfolds_partitioner_names_its_delegate() -> None:
+    assert partitioned_by_xnnfold(_tagged("xnnfold0"))
+    assert not partitioned_by_xnnfold(_tagged("tag0"))
+    assert not partitioned_by_xnnfold(_exported())
+
+
+@needs_seam
+def test_an_untagged_unmarked_program_gets_the_inherited_deep_copy(hook: None) -> None:
+    ep = _exported()
+    shares = _copy_shares_storage(XnnpackBackend.copy_exported_program_for_preprocess(ep, []), ep)
+    assert shares and not any(shares)
+
+
+@needs_seam
+def test_another_partitioners_delegate_gets_the_inherited_deep_copy(hook: None) -> None:
+    ep = _tagged("tag0")
+    shares = _copy_shares_storage(XnnpackBackend.copy_exported_program_for_preprocess(ep, []), ep)
+    assert shares and not any(shares)
+
+
+@needs_seam
+def test_a_delegate_xnnfold_partitioned_shares_with_nothing_to_fold(hook: None) -> None:
+    ep = _tagged("xnnfold0")
+    shares = _copy_shares_storage(XnnpackBackend.copy_exported_program_for_preprocess(ep, []), ep)
+    assert shares and all(shares)
+
+
+def _shares(copied: Any, program: Any) -> Optional[bool]:
+    """Whether every constant of ``copied`` is over one of ``program``'s storages; None
+    where ``program`` has no constant."""
     pointers = {t.untyped_storage().data_ptr() for t in _constants(program).values()}
-    return bool(pointers) and all(
-        t.untyped_storage().data_ptr() in pointers for t in _constants(copied).values()
-    )
+    if not pointers:
+        return None
+    return all(t.untyped_storage().data_ptr() in pointers for t in _constants(copied).values())
 
 
 # Families whose preprocess touches constants: conv1d kernels reshaped to 4-D
@@ -123,7 +159,7 @@ def test_lowering_keeps_every_bit_of_the_programs_constants(
     edge = to_edge(torch.export.export(fixture.model(), fixture.inputs()))
     before = {k: v.clone() for k, v in _constants(edge.exported_program()).items()}
     held = _constants(edge.exported_program())
-    shared: list[bool] = []
+    shared: list[Optional[bool]] = []
     real = XnnpackBackend.copy_exported_program_for_preprocess
 
     def spy(program: Any, compile_specs: Any) -> Any:
@@ -133,6 +169,32 @@ def test_lowering_keeps_every_bit_of_the_programs_constants(
 
     monkeypatch.setattr(XnnpackBackend, _COPY, spy)
     edge.to_backend(xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()))
-    assert any(shared), "no delegate's copy shared its constants"
+    with_constants = [value for value in shared if value is not None]
+    assert with_constants and all(with_constants), f"a copy held constants twice: {shared}"
+    for key, tensor in held.items():
+        assert torch.equal(tensor, before[key]), f"preprocess wrote into constant {key}"
+
+
+@needs_seam
+@pytest.mark.runtime
+def test_a_delegate_with_nothing_to_fold_shares_and_keeps_every_bit(
+    hook: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A conv1d (reshaped to 4-D in preprocess), a linear and a buffer, none computed:
+    # xnnfold's delegate of it is unmarked, and its copy still shares.
+    edge = to_edge(_exported())
+    held = _constants(edge.exported_program())
+    before = {k: v.clone() for k, v in held.items()}
+    shared: list[Optional[bool]] = []
+    real = XnnpackBackend.copy_exported_program_for_preprocess
+
+    def spy(program: Any, compile_specs: Any) -> Any:
+        copied = real(program, compile_specs)
+        shared.append(_shares(copied, program))
+        return copied
+
+    monkeypatch.setattr(XnnpackBackend, _COPY, spy)
+    edge.to_backend(xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()))
+    assert shared == [True]
     for key, tensor in held.items():
         assert torch.equal(tensor, before[key]), f"preprocess wrote into constant {key}"

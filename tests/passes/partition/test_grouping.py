@@ -1,4 +1,5 @@
-"""`_grouping`: where executorch's partitions have a cycle, only those on it are regrouped.
+"""`_grouping`: where executorch's partitions have a cycle, only those on it are regrouped;
+each partition is tagged with xnnfold's prefix.
 
 The end-to-end cases (packed projections, cross-attention) are in test_shared.py and
 test_long_computations.py; these are the rules on hand-built graphs.
@@ -7,9 +8,16 @@ test_long_computations.py; these are the rules on hand-built graphs.
 from __future__ import annotations
 
 import torch
+from executorch.exir.backend.partitioner import DelegationSpec
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold.passes.partition._grouping import acyclic_grouping, contracted_acyclic, in_cycles
+from xnnfold._meta import DELEGATION_TAG_META_KEY
+from xnnfold.passes.partition._grouping import (
+    acyclic_grouping,
+    contracted_acyclic,
+    in_cycles,
+    tag_partitions,
+)
 
 
 def _graph() -> tuple[torch.fx.Graph, dict[str, torch.fx.Node]]:
@@ -97,3 +105,19 @@ def test_regrouping_falls_back_to_placing_every_group() -> None:
     assert _placed_once(partitions, groups)
     assert contracted_acyclic(graph, [list(p.nodes) for p in partitions])
     assert any({a, b, c} <= set(p.nodes) for p in partitions)
+
+
+def test_each_partition_is_tagged_xnnfold_and_its_number() -> None:
+    # The preprocess hook's copy tells xnnfold's delegates by this prefix.
+    torch.manual_seed(0)
+    ep = torch.export.export(
+        torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Tanh()), (torch.randn(2),)
+    )
+    relu, tanh = [node for node in ep.graph.nodes if node.op == "call_function"]
+    spec = DelegationSpec("XnnpackBackend", [])
+    result = tag_partitions(
+        ep, [Partition(id=3, nodes=[relu]), Partition(id=7, nodes=[tanh])], spec
+    )
+    assert relu.meta[DELEGATION_TAG_META_KEY] == "xnnfold3"
+    assert tanh.meta[DELEGATION_TAG_META_KEY] == "xnnfold7"
+    assert result.partition_tags == {"xnnfold3": spec, "xnnfold7": spec}

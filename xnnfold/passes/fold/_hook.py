@@ -9,18 +9,20 @@ Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
 - importing xnnfold installs nothing; `XnnpackFoldingPartitioner` installs the hook when
   what it found in a partition has a fold or a tanh GELU to compute exactly, and
   `install_preprocess_hook()` does it by hand;
-- the wrapper acts only on a delegate whose nodes the folding partitioner marked (a
-  GEMM's `FoldMark`, a tanh GELU's `TanhGeluMark`); any other program goes to the stock
-  preprocess untouched, so while it is installed stock lowerings still give
-  byte-identical programs. Once the stock preprocess has serialized a marked delegate,
-  the wrapper empties the constants of its private copy, which executorch keeps until
-  the last delegate is preprocessed, and hands the heap's free pages back to the system
-  (`_heap`: glibc keeps what the fold freed resident otherwise);
+- the wrapper acts only on a delegate xnnfold's partitioner tagged
+  (`partitioned_by_xnnfold`) or marked (a GEMM's `FoldMark`, a tanh GELU's
+  `TanhGeluMark`); any other program goes to the stock preprocess untouched, so while it
+  is installed stock lowerings still give byte-identical programs. It folds and
+  rewrites only what is marked. Once the stock preprocess has serialized one of
+  xnnfold's delegates, the wrapper empties the constants of its private copy, which
+  executorch keeps until the last delegate is preprocessed, and after a marked one it
+  hands the heap's free pages back to the system (`_heap`: glibc keeps what the fold
+  freed resident otherwise);
 - where executorch copies a delegate's program through
-  `copy_exported_program_for_preprocess`, the hook also gives a marked delegate a copy
-  whose constants share the original's storage (`_shared_copy`), so the sources of its
-  computed weights are not held twice while every delegate waits for preprocess; any
-  other program is copied by the method it inherits;
+  `copy_exported_program_for_preprocess`, the hook also gives each of xnnfold's
+  delegates a copy whose constants share the original's storage (`_shared_copy`), so no
+  delegated constant is held twice while every delegate waits for preprocess; any other
+  program is copied by the method it inherits;
 - it stays installed until `uninstall_preprocess_hook()`, which puts back exactly the
   method objects it replaced;
 - another wrapper of `preprocess` may sit on top of or under it: installing again while
@@ -41,7 +43,7 @@ from torch.export import ExportedProgram
 
 from xnnfold.passes.fold._heap import release_freed_memory
 from xnnfold.passes.fold._pass import FoldComputedWeightsPass, has_fold_marks
-from xnnfold.passes.fold._shared_copy import copy_sharing_constants
+from xnnfold.passes.fold._shared_copy import copy_sharing_constants, partitioned_by_xnnfold
 from xnnfold.passes.fold._tanh_gelu import ExactTanhGeluPass
 
 __all__ = [
@@ -105,18 +107,22 @@ def _make_wrapper(
         # executorch hands preprocess a private copy of the delegate's program (its
         # constants' storage shared, never written), so folding in place rewrites
         # nothing that anyone else sees.
-        if not has_fold_marks(edge_program):
+        marked = has_fold_marks(edge_program)
+        if not marked and not partitioned_by_xnnfold(edge_program):
             return original(edge_program, compile_specs)
-        FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
-        ExactTanhGeluPass(edge_program)(edge_program.graph_module)
+        if marked:
+            FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
+            ExactTanhGeluPass(edge_program)(edge_program.graph_module)
         result = original(edge_program, compile_specs)
         # Its constants are serialized into the result: executorch keeps every copy
-        # until the last delegate is preprocessed, so the folded weights would sit
+        # until the last delegate is preprocessed, so the folded weights (and the
+        # tensors XNNPACK's own passes made, such as a fused batch norm) would sit
         # beside their bytes that long.
         edge_program.state_dict.clear()
         edge_program.constants.clear()
-        # What the fold added is free now; glibc would keep most of it resident.
-        release_freed_memory()
+        if marked:
+            # What the fold added is free now; glibc would keep most of it resident.
+            release_freed_memory()
         return result
 
     _OUR_FUNCTIONS.add(preprocess)
@@ -131,9 +137,9 @@ def _make_copy(replaced: object) -> classmethod[Any, Any, ExportedProgram]:
     def copy_exported_program_for_preprocess(
         cls: type, edge_program: ExportedProgram, compile_specs: list[CompileSpec]
     ) -> ExportedProgram:
-        if not has_fold_marks(edge_program):
-            return inherited(edge_program, compile_specs)
-        return copy_sharing_constants(edge_program)
+        if has_fold_marks(edge_program) or partitioned_by_xnnfold(edge_program):
+            return copy_sharing_constants(edge_program)
+        return inherited(edge_program, compile_specs)
 
     method: classmethod[Any, Any, ExportedProgram] = classmethod(
         copy_exported_program_for_preprocess

@@ -1,20 +1,26 @@
-"""The private program XNNPACK preprocess gets for a marked delegate, sharing its constants.
+"""The private program XNNPACK preprocess gets for a delegate xnnfold partitioned, sharing
+its constants.
 
 executorch (where `BackendDetails.copy_exported_program_for_preprocess` exists) deep-copies
 every delegate's program, constants included, before it preprocesses any, and keeps the
-copies until the last delegate is done. A stock lowering delegates only static weights,
-whose bytes it copies; xnnfold also delegates the sources of computed weights, which
-stock leaves outside every delegate, so the copies would hold every source of the model
-once more: on a model whose every convolution weight is computed (NFNets), a whole second
-set of parameters at the lowering's peak.
+copies until the last delegate is done. At the end of a lowering it therefore holds every
+delegated constant twice beside every delegate's serialized bytes: that is a stock
+lowering's peak. xnnfold delegates more than stock (the sources of computed weights, and
+GEMMs stock leaves on portable, such as a SwinV2 qkv projection whose bias is computed),
+so with stock's copies its peak would be higher by those constants and their bytes.
 
 The copy made here is the same deep copy, but each constant tensor in it is a new tensor
-object over the original's storage. That is safe because nothing in preprocess writes
-into a constant's storage: XNNPACK's passes and xnnfold's fold replace a constant by a new
-tensor (a new `state_dict` entry, a new placeholder) and serialize by reading; a pass that
-rebinds a tensor's `.data` rebinds the copy's object, never the original's.
+object over the original's storage, so xnnfold's lowering holds its delegated constants
+once. That is safe because nothing in preprocess writes into a constant's storage:
+XNNPACK's passes and xnnfold's fold replace a constant by a new tensor (a new `state_dict`
+entry, a new placeholder) and serialize by reading; a pass that rebinds a tensor's `.data`
+rebinds the copy's object, never the original's.
 `tests/passes/fold/test_shared_copy.py` lowers fixtures whose preprocess reshapes, fuses,
 transposes and casts constants and checks that the original's keep every bit.
+
+Which programs: those whose nodes carry a tag of xnnfold's partitioner
+(`XNNFOLD_TAG_PREFIX`, `partitioned_by_xnnfold`) or a fold mark. A delegate any other
+partitioner tagged gets the copy it would get without xnnfold.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ import torch
 from torch import nn
 from torch.export import ExportedProgram
 
-__all__ = ["copy_sharing_constants"]
+from xnnfold._meta import DELEGATION_TAG_META_KEY, XNNFOLD_TAG_PREFIX
+
+__all__ = ["copy_sharing_constants", "partitioned_by_xnnfold"]
 
 
 def _alias(value: Any) -> Optional[torch.Tensor]:
@@ -49,3 +57,13 @@ def copy_sharing_constants(ep: ExportedProgram) -> ExportedProgram:
         if alias is not None:
             memo[id(value)] = alias
     return copy.deepcopy(ep, memo)
+
+
+def partitioned_by_xnnfold(ep: ExportedProgram) -> bool:
+    """True when some node of ``ep`` carries a delegation tag xnnfold's partitioner wrote
+    (`XNNFOLD_TAG_PREFIX`): ``ep`` is a delegate xnnfold partitioned."""
+    for node in ep.graph.nodes:
+        tag = node.meta.get(DELEGATION_TAG_META_KEY)
+        if isinstance(tag, str) and tag.startswith(XNNFOLD_TAG_PREFIX):
+            return True
+    return False

@@ -23,7 +23,7 @@ from torch.export import ExportedProgram
 from torch.fx import Graph, Node
 from torch.fx.passes.infra.partitioner import Partition
 
-from xnnfold._meta import DELEGATION_TAG_META_KEY
+from xnnfold._meta import DELEGATION_TAG_META_KEY, XNNFOLD_TAG_PREFIX
 from xnnfold.passes._graph_walk import walk
 from xnnfold.passes.partition._findings import Findings
 from xnnfold.passes.partition._pass_through import without_pass_through
@@ -91,10 +91,11 @@ def tag_partitions(
     ep: ExportedProgram, partitions: Sequence[Partition], spec: DelegationSpec
 ) -> PartitionResult:
     """`ConfigerationBasedPartitioner.partition` after its ``generate_partitions``: each
-    node of partition ``i`` tagged ``tag<i>`` for ``spec``."""
+    node of partition ``i`` tagged ``xnnfold<i>`` (`XNNFOLD_TAG_PREFIX`) for ``spec``,
+    where stock tags ``tag<i>``."""
     tags: dict[str, DelegationSpec] = {}
     for partition in partitions:
-        tag = f"tag{partition.id}"
+        tag = f"{XNNFOLD_TAG_PREFIX}{partition.id}"
         for node in partition.nodes:
             if DELEGATION_TAG_META_KEY in node.meta:
                 raise RuntimeError(

@@ -12,8 +12,8 @@ only what someone else reads after the stage returned:
     `ConfigerationBasedPartitioner` tags, but named `XNNFOLD_TAG_PREFIX` and the
     partition's number (``xnnfold0``, not ``tag0``). The preprocess hook's copy reads the
     name to tell a delegate xnnfold partitioned from any other partitioner's
-    (``passes/fold/_shared_copy.py``); executorch uses a tag only as a key, and no
-    program's bytes hold it.
+    (``passes/fold/_shared_copy.py``); executorch compares tags and names a
+    temporary submodule after one, and no program's bytes hold it.
   - the external-data tags (`EXTERNAL_TAG_KEYS`) of a tied table's placeholder, under
     executorch's default tag (`EXTERNAL_CONSTANT_TAG`); written by `tag_external`
     (``passes/partition/_tied_tagging.py``), with ``tie_tables=True``.

@@ -139,13 +139,13 @@ class _PlainConvLinear(nn.Module):
 def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the programs the installed wrapper looks at."""
     seen: list[int] = []
-    real: Callable[..., bool] = _hook.has_fold_marks
+    real: Callable[..., bool] = _hook.partitioned_by_xnnfold
 
     def spy(program: Any) -> bool:
         seen.append(1)
         return real(program)
 
-    monkeypatch.setattr(_hook, "has_fold_marks", spy)
+    monkeypatch.setattr(_hook, "partitioned_by_xnnfold", spy)
     return seen
 
 
@@ -204,7 +204,6 @@ def _plain_delegate(partitioner: Any) -> Any:
     return copy.deepcopy(lowered[1].original_module)
 
 
-@pytest.mark.runtime
 def test_a_copy_xnnfold_partitioned_lets_go_of_its_constants_with_nothing_folded(
     stock_preprocess: object,
 ) -> None:
@@ -219,7 +218,6 @@ def test_a_copy_xnnfold_partitioned_lets_go_of_its_constants_with_nothing_folded
     assert not ep.state_dict and not ep.constants
 
 
-@pytest.mark.runtime
 def test_another_partitioners_copy_keeps_its_constants(stock_preprocess: object) -> None:
     ep = _plain_delegate(XnnpackPartitioner())
     names = set(ep.state_dict)
@@ -230,3 +228,47 @@ def test_another_partitioners_copy_keeps_its_constants(stock_preprocess: object)
     finally:
         xnnfold.uninstall_preprocess_hook()
     assert set(ep.state_dict) == names
+
+
+class _FoldThenSine(nn.Module):
+    """A linear with a computed weight (xnnfold's delegate) whose output a sine and a
+    linear read: a partitioner after xnnfold's, with a sine config, delegates those."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight, self.bias = nn.Parameter(torch.randn(8, 8)), nn.Parameter(torch.randn(8))
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.linear(x, self.weight * 2.0)
+        return self.linear(torch.sin(y) + self.bias)
+
+
+def test_a_later_partitioners_delegate_reading_a_folded_output_is_not_xnnfolds(
+    stock_preprocess: object,
+) -> None:
+    # The folded linear's output keeps its fold mark in the top-level graph, and the
+    # stock delegate that reads it gets the mark on its input placeholder (executorch
+    # 1.5): the hook's two questions (whose delegate, anything marked) must both say no.
+    from executorch.backends.xnnpack.partition.config import ALL_PARTITIONER_CONFIGS
+    from executorch.backends.xnnpack.partition.config.generic_node_configs import (
+        AddConfig,
+        SinConfig,
+    )
+
+    torch.manual_seed(0)
+    ep = torch.export.export(_FoldThenSine().eval(), (torch.randn(2, 8),))
+    configs = [c for c in ALL_PARTITIONER_CONFIGS if c not in (SinConfig, AddConfig)]
+    ours = xnnfold.XnnpackFoldingPartitioner(configs=configs, facts=xnnfold.CrossMethodFacts())
+    try:
+        edge = to_edge_transform_and_lower(ep, partitioner=[ours, XnnpackPartitioner()])
+        programs = [
+            lowered.original_module
+            for _, lowered, _ in get_lowered_submodules(edge.exported_program().graph_module)
+        ]
+        theirs = [p for p in programs if not _hook.partitioned_by_xnnfold(p)]
+        assert theirs, "the stock partitioner delegated nothing"
+        for program in theirs:
+            assert not _hook.has_fold_marks(program)
+    finally:
+        xnnfold.uninstall_preprocess_hook()

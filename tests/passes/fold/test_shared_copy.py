@@ -176,7 +176,6 @@ def test_lowering_keeps_every_bit_of_the_programs_constants(
 
 
 @needs_seam
-@pytest.mark.runtime
 def test_a_delegate_with_nothing_to_fold_shares_and_keeps_every_bit(
     hook: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,10 +10,12 @@ Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
   what it found in a partition has a fold or a tanh GELU to compute exactly, and
   `install_preprocess_hook()` does it by hand;
 - the wrapper acts only on a delegate xnnfold's partitioner tagged
-  (`partitioned_by_xnnfold`) or marked (a GEMM's `FoldMark`, a tanh GELU's
-  `TanhGeluMark`); any other program goes to the stock preprocess untouched, so while it
-  is installed stock lowerings still give byte-identical programs. It folds and
-  rewrites only what is marked. Once the stock preprocess has serialized one of
+  (`partitioned_by_xnnfold`); any other program goes to the stock preprocess untouched,
+  so while it is installed stock lowerings still give byte-identical programs. Within
+  xnnfold's delegates it folds and rewrites only what is marked (a GEMM's `FoldMark`, a
+  tanh GELU's `TanhGeluMark`). The tag decides, not a mark: a mark stays on the
+  delegate's output in the top-level graph, and a later delegate of another partitioner
+  that reads that output gets it on its input placeholder. Once the stock preprocess has serialized one of
   xnnfold's delegates, the wrapper empties the constants of its private copy, which
   executorch keeps until the last delegate is preprocessed, and after a marked one it
   hands the heap's free pages back to the system (`_heap`: glibc keeps what the fold
@@ -107,9 +109,9 @@ def _make_wrapper(
         # executorch hands preprocess a private copy of the delegate's program (its
         # constants' storage shared, never written), so folding in place rewrites
         # nothing that anyone else sees.
-        marked = has_fold_marks(edge_program)
-        if not marked and not partitioned_by_xnnfold(edge_program):
+        if not partitioned_by_xnnfold(edge_program):
             return original(edge_program, compile_specs)
+        marked = has_fold_marks(edge_program)
         if marked:
             FoldComputedWeightsPass(edge_program)(edge_program.graph_module)
             ExactTanhGeluPass(edge_program)(edge_program.graph_module)
@@ -137,7 +139,7 @@ def _make_copy(replaced: object) -> classmethod[Any, Any, ExportedProgram]:
     def copy_exported_program_for_preprocess(
         cls: type, edge_program: ExportedProgram, compile_specs: list[CompileSpec]
     ) -> ExportedProgram:
-        if has_fold_marks(edge_program) or partitioned_by_xnnfold(edge_program):
+        if partitioned_by_xnnfold(edge_program):
             return copy_sharing_constants(edge_program)
         return inherited(edge_program, compile_specs)
 

@@ -48,11 +48,14 @@ _SCALE_KWARGS = frozenset({"beta", "alpha"})
 
 
 def has_fold_marks(ep: ExportedProgram) -> bool:
-    """True when the partitioner left a mark for preprocess on some node of ``ep``: a
-    GEMM's `FoldMark`, or a tanh GELU's `TanhGeluMark`."""
+    """True when the partitioner left a mark for preprocess on some op of ``ep``: a
+    GEMM's `FoldMark`, or a tanh GELU's `TanhGeluMark`. An input's placeholder is not
+    looked at: it inherits the meta of the node it stands for, which may be another
+    delegate's marked output."""
     return any(
         fold_mark_of(node) is not None or tanh_gelu_mark_of(node) is not None
         for node in ep.graph.nodes
+        if node.op == "call_function"
     )
 
 

@@ -19,8 +19,8 @@ rebinds the copy's object, never the original's.
 transposes and casts constants and checks that the original's keep every bit.
 
 Which programs: those whose nodes carry a tag of xnnfold's partitioner
-(`XNNFOLD_TAG_PREFIX`, `partitioned_by_xnnfold`) or a fold mark. A delegate any other
-partitioner tagged gets the copy it would get without xnnfold.
+(`XNNFOLD_TAG_PREFIX`, `partitioned_by_xnnfold`). A delegate any other partitioner
+tagged gets the copy it would get without xnnfold.
 """
 
 from __future__ import annotations

@@ -175,6 +175,15 @@ def test_wrapper_keeps_the_stock_signature(stock_preprocess: object) -> None:
     xnnfold.uninstall_preprocess_hook()
 
 
+def _preprocessed_with_hook(ep: Any) -> Any:
+    """``ep`` through `XnnpackBackend.preprocess` with the hook installed for the call."""
+    xnnfold.install_preprocess_hook()
+    try:
+        return XnnpackBackend.preprocess(ep, [])
+    finally:
+        xnnfold.uninstall_preprocess_hook()
+
+
 @pytest.mark.runtime
 def test_a_folded_copy_lets_go_of_its_constants_once_serialized(
     stock_preprocess: object,
@@ -185,11 +194,7 @@ def test_a_folded_copy_lets_go_of_its_constants_once_serialized(
     (lowered,) = get_lowered_submodules(edge.exported_program().graph_module)
     ep = copy.deepcopy(lowered[1].original_module)
     assert ep.state_dict
-    xnnfold.install_preprocess_hook()
-    try:
-        result = XnnpackBackend.preprocess(ep, [])
-    finally:
-        xnnfold.uninstall_preprocess_hook()
+    result = _preprocessed_with_hook(ep)
     assert result.processed_bytes
     assert not ep.state_dict and not ep.constants
 
@@ -209,11 +214,7 @@ def test_a_copy_xnnfold_partitioned_lets_go_of_its_constants_with_nothing_folded
 ) -> None:
     ep = _plain_delegate(xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()))
     assert ep.state_dict and not _hook.has_fold_marks(ep)
-    xnnfold.install_preprocess_hook()
-    try:
-        result = XnnpackBackend.preprocess(ep, [])
-    finally:
-        xnnfold.uninstall_preprocess_hook()
+    result = _preprocessed_with_hook(ep)
     assert result.processed_bytes
     assert not ep.state_dict and not ep.constants
 
@@ -222,11 +223,7 @@ def test_another_partitioners_copy_keeps_its_constants(stock_preprocess: object)
     ep = _plain_delegate(XnnpackPartitioner())
     names = set(ep.state_dict)
     assert names
-    xnnfold.install_preprocess_hook()
-    try:
-        XnnpackBackend.preprocess(ep, [])
-    finally:
-        xnnfold.uninstall_preprocess_hook()
+    _preprocessed_with_hook(ep)
     assert set(ep.state_dict) == names
 
 

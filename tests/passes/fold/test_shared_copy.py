@@ -134,6 +134,22 @@ def _shares(copied: Any, program: Any) -> Optional[bool]:
     return all(t.untyped_storage().data_ptr() in pointers for t in _constants(copied).values())
 
 
+def _lowered_by_xnnfold(edge: Any, monkeypatch: pytest.MonkeyPatch) -> list[Optional[bool]]:
+    """Lower ``edge`` with xnnfold's partitioner; for each delegate's preprocess copy,
+    whether it shares its program's constants (`_shares`)."""
+    shared: list[Optional[bool]] = []
+    real = XnnpackBackend.copy_exported_program_for_preprocess
+
+    def spy(program: Any, compile_specs: Any) -> Any:
+        copied = real(program, compile_specs)
+        shared.append(_shares(copied, program))
+        return copied
+
+    monkeypatch.setattr(XnnpackBackend, _COPY, spy)
+    edge.to_backend(xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()))
+    return shared
+
+
 # Families whose preprocess touches constants: conv1d kernels reshaped to 4-D
 # (Conv1dUnsqueezePass), batch norm fused into a convolution, transposed and nested
 # computations, a bias computed with its weight, fp16 and bf16 weights.
@@ -159,16 +175,7 @@ def test_lowering_keeps_every_bit_of_the_programs_constants(
     edge = to_edge(torch.export.export(fixture.model(), fixture.inputs()))
     before = {k: v.clone() for k, v in _constants(edge.exported_program()).items()}
     held = _constants(edge.exported_program())
-    shared: list[Optional[bool]] = []
-    real = XnnpackBackend.copy_exported_program_for_preprocess
-
-    def spy(program: Any, compile_specs: Any) -> Any:
-        copied = real(program, compile_specs)
-        shared.append(_shares(copied, program))
-        return copied
-
-    monkeypatch.setattr(XnnpackBackend, _COPY, spy)
-    edge.to_backend(xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()))
+    shared = _lowered_by_xnnfold(edge, monkeypatch)
     with_constants = [value for value in shared if value is not None]
     assert with_constants and all(with_constants), f"a copy held constants twice: {shared}"
     for key, tensor in held.items():
@@ -184,16 +191,7 @@ def test_a_delegate_with_nothing_to_fold_shares_and_keeps_every_bit(
     edge = to_edge(_exported())
     held = _constants(edge.exported_program())
     before = {k: v.clone() for k, v in held.items()}
-    shared: list[Optional[bool]] = []
-    real = XnnpackBackend.copy_exported_program_for_preprocess
-
-    def spy(program: Any, compile_specs: Any) -> Any:
-        copied = real(program, compile_specs)
-        shared.append(_shares(copied, program))
-        return copied
-
-    monkeypatch.setattr(XnnpackBackend, _COPY, spy)
-    edge.to_backend(xnnfold.XnnpackFoldingPartitioner(facts=xnnfold.CrossMethodFacts()))
+    shared = _lowered_by_xnnfold(edge, monkeypatch)
     assert shared == [True]
     for key, tensor in held.items():
         assert torch.equal(tensor, before[key]), f"preprocess wrote into constant {key}"

@@ -15,11 +15,11 @@ Lifecycle (the process state xnnfold keeps is listed in docs/architecture.md):
   xnnfold's delegates it folds and rewrites only what is marked (a GEMM's `FoldMark`, a
   tanh GELU's `TanhGeluMark`). The tag decides, not a mark: a mark stays on the
   delegate's output in the top-level graph, and a later delegate of another partitioner
-  that reads that output gets it on its input placeholder. Once the stock preprocess has serialized one of
-  xnnfold's delegates, the wrapper empties the constants of its private copy, which
-  executorch keeps until the last delegate is preprocessed, and after a marked one it
-  hands the heap's free pages back to the system (`_heap`: glibc keeps what the fold
-  freed resident otherwise);
+  that reads that output gets it on its input placeholder. Once the stock preprocess
+  has serialized one of xnnfold's delegates, the wrapper empties the constants of its
+  private copy, which executorch keeps until the last delegate is preprocessed, and
+  after a marked one it hands the heap's free pages back to the system (`_heap`: glibc
+  keeps what the fold freed resident otherwise);
 - where executorch copies a delegate's program through
   `copy_exported_program_for_preprocess`, the hook also gives each of xnnfold's
   delegates a copy whose constants share the original's storage (`_shared_copy`), so no

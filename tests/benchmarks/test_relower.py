@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from benchmarks.sweeps.engine import main
-from benchmarks.sweeps.engine.relower import relowered_median, to_relower
+from benchmarks.sweeps.engine.relower import changed_since_swept, relowered_median, to_relower
 from benchmarks.sweeps.engine.results import read_results
 from benchmarks.sweeps.engine.summary import summary_lines
 
@@ -73,6 +73,28 @@ def test_only_rows_lowered_both_ways_and_not_relowered_are_relowered() -> None:
     }
     assert to_relower(results) == ["Both"]
     assert to_relower(results, again=True) == ["Both", "Done"]
+
+
+def _relowered_bytes(ours: int, stock: int) -> dict[str, Any]:
+    """A line swept at 10 bytes each way, relowered today at these sizes."""
+    return {
+        **_swept("Changed", {}, {}),
+        "relowered": {"xnnfold": [{"bytes": ours}], "stock": [{"bytes": stock}]},
+    }
+
+
+def test_an_xnnfold_program_grown_since_the_sweep_is_told_by_its_bytes() -> None:
+    assert changed_since_swept(_relowered_bytes(14, 10)) == 4
+
+
+def test_a_model_built_differently_since_the_sweep_tells_nothing() -> None:
+    assert changed_since_swept(_relowered_bytes(14, 12)) is None
+
+
+def test_the_rows_timed_on_an_earlier_xnnfold_program_are_listed_under_latency() -> None:
+    lines = summary_lines([_swept("Same", {}, {}), _relowered_bytes(14, 10)])
+    assert lines[1].startswith("  - timed on an earlier xnnfold program")
+    assert lines[1].endswith("1 rows: Changed (+4 B)")
 
 
 @pytest.mark.runtime

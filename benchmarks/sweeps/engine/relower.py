@@ -59,3 +59,25 @@ def relowered_pair(entry: dict[str, Any], key: str) -> tuple[float, float] | Non
     if ours is None or stock is None or ours <= 0 or stock <= 0:
         return None
     return float(ours), float(stock)
+
+
+def changed_since_swept(result: dict[str, Any]) -> int | None:
+    """How many bytes xnnfold's program, lowered again today, differs from the one the
+    sweep wrote and timed (relowered minus swept), where the line is relowered, stock's
+    every relowered program is byte for byte the sweep's size (the same model built) and
+    xnnfold's is not: xnnfold changed since the sweep, so the sweep's latency, diff and
+    bytes are an earlier xnnfold's. None where that is not shown (not relowered, no
+    bytes, stock's program differs too, or xnnfold's is the same size)."""
+    entry = result.get(RELOWERED, {})
+    variants = result.get("variants", {})
+    swept = {label: variants.get(label, {}).get("bytes") for label in (XNNFOLD, STOCK)}
+    today = {
+        label: {run["bytes"] for run in entry.get(label, []) if "bytes" in run}
+        for label in (XNNFOLD, STOCK)
+    }
+    if None in swept.values() or not all(today.values()):
+        return None
+    if today[STOCK] != {swept[STOCK]} or len(today[XNNFOLD]) != 1:
+        return None
+    (ours,) = today[XNNFOLD]
+    return ours - swept[XNNFOLD] if ours != swept[XNNFOLD] else None

@@ -7,7 +7,9 @@ are ``--relower``'s medians where a line has them (`engine.relower`), the sweep'
 figures elsewhere, and their lines say how many rows are relowered: ``lowering time
 xnnfold/stock (relowered N of M)``. Bytes: ``larger than stock: N rows, A attributed, Z
 with nothing folded or tied``, each larger row attributed to what xnnfold's program holds
-that stock's does not (`attribution`).
+that stock's does not (`attribution`). Under the latency line, the rows whose xnnfold
+program changed since the sweep timed it (`relower.changed_since_swept`): their latency,
+diff and bytes are an earlier xnnfold's until swept again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, Callable, Optional
 
 from benchmarks.sweeps.engine.lowering_cost import STOCK, XNNFOLD
 from benchmarks.sweeps.engine.relower import (
+    changed_since_swept,
     CPU_SECONDS,
     lowered_both_ways,
     OWN_PEAK,
@@ -162,8 +165,9 @@ def _slower_cause(result: dict[str, Any]) -> str:
 
 
 def summary_lines(results: list[dict[str, Any]]) -> list[str]:
-    """The four summary lines over the rows lowered both ways, the lowering's own memory
-    under the third where some rows are relowered, and the rows slower than
+    """The four summary lines over the rows lowered both ways, the rows timed on an
+    earlier xnnfold program under the first, the lowering's own memory under the third
+    where some rows are relowered, and the rows slower than
     `SLOWER_ABOVE` stock on the retimed figure."""
     both = [r for r in results if lowered_both_ways(r)]
     slow = sorted(
@@ -181,6 +185,17 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
             retimed_ratio,
             f"not timed both ways, or above {SLOWER_ABOVE}x and not retimed yet (`--retime`)",
         ),
+    ]
+    changed = sorted(
+        (r["class"], delta) for r in both for delta in [changed_since_swept(r)] if delta
+    )
+    if changed:
+        lines.append(
+            f"  - timed on an earlier xnnfold program (relowered today: stock's bytes the "
+            f"sweep's, xnnfold's not; `--fresh` sweeps a row again): {len(changed)} rows: "
+            + ", ".join(f"{name} ({delta:+,} B)" for name, delta in changed)
+        )
+    lines += [
         _line(
             "lowering time xnnfold/stock",
             both,

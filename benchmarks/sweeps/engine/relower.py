@@ -63,11 +63,11 @@ def relowered_pair(entry: dict[str, Any], key: str) -> tuple[float, float] | Non
 
 def changed_since_swept(result: dict[str, Any]) -> int | None:
     """How many bytes xnnfold's program, lowered again today, differs from the one the
-    sweep wrote and timed (relowered minus swept), where the line is relowered, stock's
-    every relowered program is byte for byte the sweep's size (the same model built) and
+    sweep wrote and timed (relowered minus swept), where the line is relowered, every
+    stock program relowered is the size of the sweep's (the same model built) and
     xnnfold's is not: xnnfold changed since the sweep, so the sweep's latency, diff and
     bytes are an earlier xnnfold's. None where that is not shown (not relowered, no
-    bytes, stock's program differs too, or xnnfold's is the same size)."""
+    bytes, stock's size differs too, or xnnfold's is the same)."""
     entry = result.get(RELOWERED, {})
     variants = result.get("variants", {})
     swept = {label: variants.get(label, {}).get("bytes") for label in (XNNFOLD, STOCK)}

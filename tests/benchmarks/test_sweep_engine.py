@@ -15,7 +15,14 @@ from benchmarks.sweeps.engine.driver import run
 from benchmarks.sweeps.engine.remeasure import retime
 from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
-from benchmarks.sweeps.engine.retime import CALLS, calls_for, MAX_CALLS
+from benchmarks.sweeps.engine.retime import (
+    CALLS,
+    MAX_CALLS,
+    TIMING_TIMEOUT_S,
+    WARM_UP,
+    calls_for,
+    timing_timeout,
+)
 from benchmarks.sweeps.engine.summary import attribution, summary_lines
 from benchmarks.sweeps.engine.worker import SCREEN, sweep_class
 
@@ -147,3 +154,12 @@ def test_a_larger_program_with_exact_tanh_gelus_is_attributed_to_them() -> None:
         attribution({**row, "variants": {**row["variants"], "xnnfold": {**ours, "exact_gelus": 0}}})
         is None
     )
+
+
+def test_a_slow_program_gets_the_time_its_calls_take() -> None:
+    """The timing process's limit covers its rounds at the first call's pace: two 10 s
+    programs (maxvit_large_tf_512's) timed over 34 rounds need 680 s, over the base
+    limit once loaded; a fast pair's many calls add seconds, not minutes."""
+    slow = timing_timeout([10_000.0, 10_000.0])
+    assert slow >= TIMING_TIMEOUT_S + 2 * (WARM_UP + CALLS) * 20.0
+    assert timing_timeout([5.0, 5.0]) < TIMING_TIMEOUT_S + 15.0

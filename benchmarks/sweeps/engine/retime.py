@@ -28,8 +28,11 @@ CALLS = 31
 MIN_SECONDS = 3.0
 MAX_CALLS = 1001
 WARM_UP = 3
-# The timing process's own limit: a program as slow as a second a call still finishes.
+# The timing process's limit: this, plus `TIMING_HEADROOM` times what its calls take at
+# the pace of each program's first call (`timing_timeout`), so a program of seconds a
+# call (maxvit_large_tf_512's 10 s, xlarge_512's 17 s) still finishes on a loaded machine.
 TIMING_TIMEOUT_S = 900.0
+TIMING_HEADROOM = 3.0
 
 
 def latency_ratio(path: dict[str, Any]) -> float | None:
@@ -57,11 +60,20 @@ def identical(entries: dict[str, dict[str, Any]]) -> bool:
     return len(hashes) == 2 and hashes[0] is not None and hashes[0] == hashes[1]
 
 
+def timing_timeout(first_ms: list[float]) -> float:
+    """Seconds the timing process may take, where one call of each program took
+    ``first_ms`` (ms) after lowering: `TIMING_TIMEOUT_S` plus `TIMING_HEADROOM` times
+    the `WARM_UP` and `calls_for` rounds at that pace."""
+    round_s = sum(first_ms) / 1000.0
+    return TIMING_TIMEOUT_S + TIMING_HEADROOM * (WARM_UP + calls_for(round_s)) * round_s
+
+
 def timed_in_fresh_process(
-    programs: dict[str, tuple[Path, Path | None]], inputs: Path
+    programs: dict[str, tuple[Path, Path | None]], inputs: Path, *, timeout: float
 ) -> dict[str, Any]:
     """The median ms of each program (``.pte``, ``.ptd`` or None) on the inputs saved at
-    ``inputs`` (``torch.save`` of a list), timed in a process of its own (`main`)."""
+    ``inputs`` (``torch.save`` of a list), timed in a process of its own (`main`) that
+    may take ``timeout`` seconds (`timing_timeout`)."""
     spec = {
         "programs": {
             label: [str(pte), str(ptd) if ptd else None] for label, (pte, ptd) in programs.items()
@@ -74,7 +86,7 @@ def timed_in_fresh_process(
         [sys.executable, "-m", __name__, str(spec_path)],
         capture_output=True,
         text=True,
-        timeout=TIMING_TIMEOUT_S,
+        timeout=timeout,
         env=dict(os.environ),
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]

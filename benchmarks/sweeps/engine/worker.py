@@ -23,7 +23,7 @@ from benchmarks.sweeps.engine.results import (
     NOT_COMPUTED,
     SKIPPED,
 )
-from benchmarks.sweeps.engine.retime import identical, timed_in_fresh_process
+from benchmarks.sweeps.engine.retime import identical, timed_in_fresh_process, timing_timeout
 from benchmarks.sweeps.engine.screen import computed_gemm_args, leaves, positional
 
 # What the driver asks: screen only, screen and lower a candidate, lower a lowered
@@ -161,7 +161,8 @@ def _retimed(wrapped: Any, ep: Any, args: tuple[Any, ...], expected: Any) -> dic
         _say("PHASE", "time")
         inputs = Path(root) / "inputs.pt"
         torch.save(list(args), inputs)
-        return {**found, **timed_in_fresh_process(programs, inputs)}
+        timeout = timing_timeout([float(e.get("first_ms", 0.0)) for e in entries.values()])
+        return {**found, **timed_in_fresh_process(programs, inputs, timeout=timeout)}
 
 
 def relowered(library: Library, request: dict[str, Any]) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from benchmarks.sweeps.engine.report import report
 from benchmarks.sweeps.engine.results import COMPUTED, NO_CANDIDATE, read_results, SKIPPED
 from benchmarks.sweeps.engine.retime import (
     CALLS,
+    calls_for,
     MAX_CALLS,
+    timing_timeout,
     TIMING_TIMEOUT_S,
     WARM_UP,
-    calls_for,
-    timing_timeout,
 )
 from benchmarks.sweeps.engine.summary import attribution, summary_lines
 from benchmarks.sweeps.engine.worker import SCREEN, sweep_class

@@ -163,3 +163,23 @@ def test_a_slow_program_gets_the_time_its_calls_take() -> None:
     slow = timing_timeout([10_000.0, 10_000.0])
     assert slow >= TIMING_TIMEOUT_S + 2 * (WARM_UP + CALLS) * 20.0
     assert timing_timeout([5.0, 5.0]) < TIMING_TIMEOUT_S + 15.0
+
+
+def test_the_memory_bound_is_read_over_the_models_above_100m_parameters() -> None:
+    """The lowering-memory bound holds over the models above 100M parameters (stock's
+    program over 400 MB): a small model's worse peak is in the line over every row, not
+    in the one over the large models."""
+
+    def row(name: str, stock_bytes: int, ours_peak: float) -> dict[str, Any]:
+        return {
+            "class": name,
+            "variants": {
+                "xnnfold": {"bytes": stock_bytes, "lower_peak_rss_mib": ours_peak},
+                "stock": {"bytes": stock_bytes, "lower_peak_rss_mib": 100.0},
+            },
+        }
+
+    rows = [row("Small", 32_000_000, 120.0), row("Large", 800_000_000, 102.0)]
+    (line,) = [x for x in summary_lines(rows) if "above 100M parameters" in x]
+    assert line.startswith("  - over the models above 100M parameters")
+    assert "worst 1.02 (Large), over 1 rows" in line

@@ -31,6 +31,9 @@ from benchmarks.sweeps.engine.retime import latency_ratio, SLOWER_ABOVE
 
 # What a row without a measurement shows.
 NONE = "—"
+# The rows the lowering-memory bound is read over: models above 100M parameters, told by
+# stock's program, whose fp32 weights take 4 bytes each (the sweeps build in fp32).
+LARGE_PROGRAM_BYTES = 400_000_000
 
 
 def retimed_ratio(result: dict[str, Any]) -> Optional[float]:
@@ -86,6 +89,12 @@ def own_memory_ratio(result: dict[str, Any]) -> Optional[float]:
     left, over stock's: relowered lines only (the sweep's worker holds both exports)."""
     relowered = relowered_pair(result.get(RELOWERED, {}), OWN_PEAK)
     return None if relowered is None else relowered[0] / relowered[1]
+
+
+def large(result: dict[str, Any]) -> bool:
+    """Whether stock's program is over `LARGE_PROGRAM_BYTES`: a model above 100M
+    parameters."""
+    return _pair(result)[1].get("bytes", 0) > LARGE_PROGRAM_BYTES
 
 
 def _relowered(key: str) -> Callable[[dict[str, Any]], bool]:
@@ -166,8 +175,9 @@ def _slower_cause(result: dict[str, Any]) -> str:
 
 def summary_lines(results: list[dict[str, Any]]) -> list[str]:
     """The four summary lines over the rows lowered both ways, the rows timed on an
-    earlier xnnfold program under the first, the lowering's own memory under the third
-    where some rows are relowered, and the rows slower than
+    earlier xnnfold program under the first, the models above 100M parameters and the
+    lowering's own memory (where some rows are relowered) under the third, and the rows
+    slower than
     `SLOWER_ABOVE` stock on the retimed figure."""
     both = [r for r in results if lowered_both_ways(r)]
     slow = sorted(
@@ -211,6 +221,15 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
             relowered=_relowered(PEAK),
         ),
     ]
+    lines.append(
+        _line(
+            "over the models above 100M parameters (stock's program over 400 MB)",
+            [r for r in both if large(r)],
+            lowering_memory_ratio,
+            "without both peaks",
+            bullet="  - ",
+        )
+    )
     if any(own_memory_ratio(r) is not None for r in both):
         lines.append(
             _line(

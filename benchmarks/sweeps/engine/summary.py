@@ -177,8 +177,7 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
     """The four summary lines over the rows lowered both ways, the rows timed on an
     earlier xnnfold program under the first, the models above 100M parameters and the
     lowering's own memory (where some rows are relowered) under the third, and the rows
-    slower than
-    `SLOWER_ABOVE` stock on the retimed figure."""
+    slower than `SLOWER_ABOVE` stock on the retimed figure."""
     both = [r for r in results if lowered_both_ways(r)]
     slow = sorted(
         (r["class"], ratio, _slower_cause(r))
@@ -220,16 +219,15 @@ def summary_lines(results: list[dict[str, Any]]) -> list[str]:
             "without both peaks (recorded before the peak was)",
             relowered=_relowered(PEAK),
         ),
-    ]
-    lines.append(
         _line(
-            "over the models above 100M parameters (stock's program over 400 MB)",
+            "over the models above 100M parameters "
+            f"(stock's program over {LARGE_PROGRAM_BYTES // 1_000_000} MB)",
             [r for r in both if large(r)],
             lowering_memory_ratio,
             "without both peaks",
             bullet="  - ",
-        )
-    )
+        ),
+    ]
     if any(own_memory_ratio(r) is not None for r in both):
         lines.append(
             _line(
